@@ -1,0 +1,48 @@
+"""The Engine protocol: run one engine on one scenario, report canonical taps."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from tools.scenario import EngineSpec, Scenario, from_dict
+from tools.trace import Trace
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    taps: tuple[str, ...]              # tap-name patterns the adapter can report
+    kernels: tuple[str, ...] = ()      # ops with an optimized and a `native` twin, swappable
+    teacher_forcing: bool = True       # can re-run a given token sequence
+    dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
+    tp_sizes: tuple[int, ...] = (1,)
+
+
+@dataclass
+class RunJob:
+    """One engine run. Travels as JSON to the worker process."""
+    scenario: Scenario
+    spec: EngineSpec                    # which engine, dtype, options (target or reference)
+    checkpoint: str                     # HF-format checkpoint dir
+    teacher: list[list[int]] | None = None   # full token sequences to re-run (teacher forcing)
+    taps: list[str] | None = None       # fnmatch patterns; None = every tap, [] = outputs only
+    device: str = "cpu"
+    native_kernels: list[str] = field(default_factory=list)  # kernels swapped to the native twin
+
+    def to_json(self) -> dict:
+        return {"scenario": self.scenario.to_dict(), "spec": asdict(self.spec),
+                "checkpoint": self.checkpoint, "teacher": self.teacher, "taps": self.taps,
+                "device": self.device, "native_kernels": list(self.native_kernels)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunJob":
+        return cls(scenario=from_dict(d["scenario"]), spec=EngineSpec(**d["spec"]),
+                   checkpoint=d["checkpoint"], teacher=d.get("teacher"), taps=d.get("taps"),
+                   device=d.get("device", "cpu"), native_kernels=d.get("native_kernels", []))
+
+
+class Engine(Protocol):
+    name: str
+
+    def capabilities(self, spec: EngineSpec) -> Capabilities: ...
+
+    def run(self, job: RunJob) -> Trace: ...
