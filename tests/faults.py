@@ -1,0 +1,73 @@
+"""Fault fixtures: a `sitecustomize.py` placed first on the worker's PYTHONPATH.
+
+The probe runs the target in its own interpreter with the tree under test first
+on PYTHONPATH; a sitecustomize there is imported at start-up and corrupts the
+installed transformers in one specific place. Nothing of diffdx is patched.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+_PRELUDE = '''
+import importlib
+_mod = importlib.import_module("transformers.models.{arch}.modeling_{arch}")
+_Layer = getattr(_mod, "{cls}DecoderLayer")
+_init = _Layer.__init__
+'''
+
+MLP_DOWN_OFFSET = _PRELUDE + '''
+def __init__(self, config, layer_idx, *a, **k):
+    _init(self, config, layer_idx, *a, **k)
+    if layer_idx == {layer}:
+        down = self.mlp.down_proj
+        plain = down.forward
+        down.forward = lambda x: plain(x) + {delta} * plain(x).abs().mean()
+_Layer.__init__ = __init__
+'''
+
+NORM_EPS = _PRELUDE + '''
+def __init__(self, config, layer_idx, *a, **k):
+    _init(self, config, layer_idx, *a, **k)
+    if layer_idx == {layer}:
+        norm = self.post_attention_layernorm
+        setattr(norm, "variance_epsilon" if hasattr(norm, "variance_epsilon") else "eps", {eps})
+_Layer.__init__ = __init__
+'''
+
+ROPE_BASE = '''
+import importlib
+import torch
+_mod = importlib.import_module("transformers.models.{arch}.modeling_{arch}")
+_Rotary = getattr(_mod, "{cls}RotaryEmbedding")
+_forward = _Rotary.forward
+def forward(self, x, position_ids, *a, **k):
+    # the classic slip: inv_freq from base 1000 instead of the configured 10000
+    dim = self.inv_freq.shape[0] * 2
+    exps = torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim
+    self.inv_freq = 1.0 / (1000.0 ** exps)
+    return _forward(self, x, position_ids, *a, **k)
+_Rotary.forward = forward
+'''
+
+LATE_POSITION_OFFSET = _PRELUDE + '''
+_forward = _Layer.forward
+def forward(self, hidden_states, *a, **k):
+    out = _forward(self, hidden_states, *a, **k)
+    if self.self_attn.layer_idx == {layer}:
+        pos = k.get("position_ids")
+        if pos is not None:
+            hit = (pos >= {start}).unsqueeze(-1).to(out.dtype)
+            out = out + {delta} * hit * out.abs().mean()
+    return out
+_Layer.forward = forward
+'''
+
+CLASS_PREFIX = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma2": "Gemma2"}
+
+
+def write_fault(dest: Path, template: str, arch: str, **values) -> Path:
+    """Write a sitecustomize.py for `arch` into dest; returns dest (use it as the target source)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    code = template.format(arch=arch, cls=CLASS_PREFIX[arch], **values)
+    (dest / "sitecustomize.py").write_text(code)
+    return dest

@@ -1,0 +1,201 @@
+"""The probe: run target and reference on one scenario, compare taps, say where they part.
+
+    python -m tools.probe --scenario s.toml [--target transformers:bfloat16:attn_implementation=sdpa]
+                          [--reference transformers:float32] [--target-source DIR] [--json]
+
+Exit status: 0 the engines agree, 1 they diverge, 2 the probe could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import compare
+from tools.align import align
+from tools.checkpoints import ensure_checkpoint
+from tools.engines.protocol import RunJob
+from tools.engines.runner import EngineRunError, run_engine
+from tools.scenario import EngineSpec, Scenario, ScenarioError, load
+from tools.trace import Trace
+
+HIGH_DTYPE = "float64"
+
+
+@dataclass
+class ProbeResult:
+    dtype: str
+    first: compare.Divergence | None
+    tokens: dict[int, int]                    # request -> first position with a wrong greedy token
+    layers: list[tuple[str, float]]
+    divergent_taps: list[str]
+    engine_runs: int
+    target: Trace | None = None
+    stats: list[compare.TapStat] = field(default_factory=list, repr=False)
+
+    @property
+    def diverged(self) -> bool:
+        return self.first is not None or bool(self.tokens)
+
+    @property
+    def summary(self) -> str:
+        if not self.diverged:
+            return f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
+        if self.first is None:
+            return f"tokens differ at {self.tokens} but no tap crosses the threshold"
+        f = self.first
+        return (f"first divergence at {f.tap} (step {f.step}, requests {f.requests}, "
+                f"positions {compare.compress(f.positions)}, ratio {f.ratio:.3g})")
+
+    def to_dict(self) -> dict:
+        return {"diverged": self.diverged, "dtype": self.dtype,
+                "first_divergence": self.first.to_dict() if self.first else None,
+                "first_divergence_steps": self.first.steps if self.first else [],
+                "nonfinite": bool(self.first and self.first.nonfinite),
+                "token_divergence": {str(k): v for k, v in self.tokens.items()},
+                "layers": [[k, round(v, 3)] for k, v in self.layers],
+                "divergent_taps": self.divergent_taps, "engine_runs": self.engine_runs,
+                "summary": self.summary}
+
+
+class Prober:
+    """Runs probes; caches reference traces, which depend only on the token sequences."""
+
+    def __init__(self, timeout: float = 600.0, device: str = "cpu"):
+        self.timeout = timeout
+        self.device = device
+        self.engine_runs = 0
+        self._reference_cache: dict[str, Trace] = {}
+
+    def run_target(self, scenario: Scenario, source: Path | None, taps=None, native_kernels=()) -> Trace:
+        job = RunJob(scenario, scenario.target, str(ensure_checkpoint(scenario.model)), taps=taps,
+                     device=self.device, native_kernels=list(native_kernels))
+        self.engine_runs += 1
+        return run_engine(job, source, timeout=self.timeout)
+
+    def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
+                      source: Path | None, taps=None) -> Trace:
+        spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
+        key = json.dumps([spec.engine, dtype, spec.options, teacher, taps, str(source), scenario.model,
+                          [r.sampling for r in scenario.requests]], sort_keys=True, default=str)
+        if key not in self._reference_cache:
+            job = RunJob(scenario, spec, str(ensure_checkpoint(scenario.model)), teacher=teacher,
+                         taps=taps, device=self.device)
+            self.engine_runs += 1
+            self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
+        return self._reference_cache[key]
+
+    def probe(self, scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
+              taps=None, native_kernels=()) -> ProbeResult:
+        runs_before = self.engine_runs
+        target = self.run_target(scenario, target_source, taps, native_kernels)
+        teacher = target.sequences()
+        high = self.run_reference(scenario, HIGH_DTYPE, teacher, reference_source, taps)
+        low = high if scenario.target.dtype == HIGH_DTYPE else \
+            self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps)
+        result = compare_traces(scenario, target, low, high)
+        result.engine_runs = self.engine_runs - runs_before
+        return result
+
+
+def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -> ProbeResult:
+    """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
+    dtype = scenario.target.dtype
+    stats = compare.tap_stats(align(target, low, high), dtype)
+    first = compare.first_divergence(stats)
+    return ProbeResult(dtype=dtype, first=first, tokens=greedy_token_divergence(scenario, target, high),
+                       layers=compare.layer_table(stats), divergent_taps=compare.divergent_taps(stats),
+                       engine_runs=0, target=target, stats=stats)
+
+
+def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> dict[int, int]:
+    from tools.align import index
+
+    logits = index(high)
+    out = {}
+    for r, req in enumerate(scenario.requests):
+        if not req.greedy or ("logits", r) not in logits:
+            continue
+        rows = logits[("logits", r)]
+        seq = target.sequences()[r]
+        pos = compare.token_divergence(seq, len(target.outputs[r].prompt_ids), rows.tensor, rows.positions,
+                                       compare.TOKEN_MARGIN[scenario.target.dtype])
+        if pos is not None:
+            out[r] = pos
+    return out
+
+
+def probe(scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
+          **kwargs) -> ProbeResult:
+    return Prober().probe(scenario, target_source, reference_source, **kwargs)
+
+
+# ---- CLI -------------------------------------------------------------------------------------
+
+def parse_spec(text: str, base: EngineSpec) -> EngineSpec:
+    """'transformers:bfloat16:attn_implementation=sdpa,x=1' -> EngineSpec (missing parts from base)."""
+    parts = text.split(":")
+    options = dict(base.options)
+    for kv in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
+        k, _, v = kv.partition("=")
+        options[k] = _literal(v)
+    return EngineSpec(parts[0] or base.engine, parts[1] if len(parts) > 1 and parts[1] else base.dtype, options)
+
+
+def _literal(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(v.lower(), v)
+
+
+def render_table(result: ProbeResult) -> str:
+    lines = [f"{'where':<16}{'max ratio':>12}", "-" * 28]
+    lines += [f"{name:<16}{ratio:>12.3g}" + ("  <-- diverges" if ratio > compare.THRESHOLD else "")
+              for name, ratio in result.layers]
+    lines.append("")
+    lines.append(result.summary)
+    if result.first:
+        lines.append(f"  steps {compare.compress(result.first.steps)}")
+    for r, pos in result.tokens.items():
+        lines.append(f"  request {r}: greedy tokens wrong from position {pos}")
+    lines.append(f"engine runs: {result.engine_runs}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", required=True, type=Path)
+    ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
+    ap.add_argument("--reference", help="ENGINE[:DTYPE[:k=v,...]] overriding [reference]")
+    ap.add_argument("--target-source", type=Path, help="source tree under test (first on PYTHONPATH)")
+    ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        sc = load(args.scenario)
+        if args.target:
+            sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
+        if args.reference:
+            sc = sc.with_reference(**vars_of(parse_spec(args.reference, sc.reference)))
+        result = Prober(device=args.device).probe(sc, args.target_source, taps=args.taps)
+    except (ScenarioError, EngineRunError, FileNotFoundError, ValueError) as e:
+        print(f"probe failed: {e}", file=sys.stderr)
+        if isinstance(e, EngineRunError) and e.log:
+            print(e.log[-2000:], file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2) if args.json else render_table(result))
+    return 1 if result.diverged else 0
+
+
+def vars_of(spec: EngineSpec) -> dict:
+    return {"engine": spec.engine, "dtype": spec.dtype, "options": spec.options}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
