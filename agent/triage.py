@@ -1,0 +1,384 @@
+"""Triage GitHub issues: classify, read a scenario, diagnose silent errors, comment and label.
+
+    python -m agent.triage classify FILE.jsonl [--llm openai]
+    python -m agent.triage --repo owner/name [--since DATE | --issues 12,34] [--post] [--label]
+                           [--api-url URL] [--db PATH] [--llm openai]
+    python -m agent.triage serve --port P --secret S [--post] [--label] [--api-url URL] [--db PATH]
+
+Dry-run by default: prints what would be posted. Each issue revision (title + body +
+updated_at) gets at most one comment and one labelling, recorded in SQLite and in a hidden
+marker inside the comment, so re-runs and redelivered webhooks post nothing new.
+
+`classify` contract (DESIGN.md §8): one JSON object per input line, in order. Blank lines are
+not issues and produce no output. A line that is not a JSON object with string `title`/`body`
+produces `{"label": "other", "confidence": 0.0, "error": ...}` and a message on stderr, so the
+output stays aligned with the input's non-blank lines.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol, TextIO
+
+from agent.triage_llm import merge_extraction, render
+from agent.triage_state import DEFAULT_DB, TriageState, issue_revision
+from tools.github import GitHub, GitHubError
+from tools.issue_extract import extract_scenario, to_scenario
+from tools.scenario import Scenario
+from tools.triage_rules import classify as classify_rules
+
+MAX_BODY_CHARS = 20_000          # longer bodies are cut (and the comment says so)
+MAX_COMMENT_CHARS = 60_000       # GitHub refuses comments over 65536 characters
+MIN_CONFIDENCE = 0.5             # below this we neither label nor comment
+GITHUB_LABELS = {"silent": "silent-error", "crash": "crash", "install": "installation",
+                 "performance": "performance", "feature": "feature request", "question": "question"}
+DIAGNOSER = "agent.run:diagnose_for_triage"
+MARKER = "<!-- diffdx-triage revision={} -->"
+
+
+class Diagnoser(Protocol):
+    def diagnose(self, issue: dict, scenario: Scenario | None) -> dict | None:
+        """A DESIGN.md §5 report dict, or None when no diagnosis could be made."""
+
+
+class AgentDiagnoser:
+    """The agent's diagnosis, imported lazily; None (no diagnosis) while it does not exist."""
+
+    def __init__(self, target: str = DIAGNOSER):
+        self.target = target
+
+    def diagnose(self, issue: dict, scenario: Scenario | None) -> dict | None:
+        module, name = self.target.split(":")
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            print(f"triage: {self.target} is not available; commenting without a diagnosis", file=sys.stderr)
+            return None
+        return fn(issue, scenario)
+
+
+@dataclass
+class Reader:
+    """Classification and scenario extraction: rules, helped by an LLM when one is given."""
+    llm: object | None = None
+
+    def classify(self, title: str, body: str) -> dict:
+        c = classify_rules(title, body)
+        result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues)}
+        answer = self.llm.classify(title, body) if self.llm else None
+        if answer:
+            result.update(label=answer[0], confidence=round(answer[1], 3), source="llm")
+        return result
+
+    def extract(self, title: str, body: str) -> tuple[dict, list[str]]:
+        partial, missing = extract_scenario(title, body)
+        if self.llm:
+            partial = merge_extraction(partial, self.llm.extract(title, body))
+        return partial, missing
+
+
+@dataclass(frozen=True)
+class Plan:
+    number: int
+    revision: str
+    classification: dict
+    scenario: dict
+    missing: list[str]
+    report: dict | None
+    comment: str | None
+    labels: list[str]
+
+
+@dataclass
+class Context:
+    repo: str
+    reader: Reader
+    diagnoser: Diagnoser
+    state: TriageState
+    gh: GitHub
+    post: bool = False
+    label: bool = False
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+
+
+# --- planning: what to say about one issue (no GitHub I/O) ---------------------------------
+
+def bounded_text(issue: dict, limit: int = MAX_BODY_CHARS) -> tuple[str, str, dict | None]:
+    """(title, body cut to `limit`, {"chars", "kept"} when cut)."""
+    title, body = str(issue.get("title") or "")[:1000], str(issue.get("body") or "")
+    if len(body) <= limit:
+        return title, body, None
+    return title, body[:limit], {"chars": len(body), "kept": limit}
+
+
+def suggested_labels(classification: dict) -> list[str]:
+    if classification["confidence"] < MIN_CONFIDENCE:
+        return []
+    name = GITHUB_LABELS.get(classification["label"])
+    return [name] if name else []
+
+
+def plan_issue(issue: dict, reader: Reader, diagnoser: Diagnoser, want_comment: bool = True) -> Plan:
+    """classify -> extract -> diagnose (silent errors with a runnable scenario) -> comment.
+
+    `want_comment=False` (this revision was already commented on) skips the diagnosis."""
+    title, body, truncated = bounded_text(issue)
+    classification = reader.classify(title, body)
+    partial, missing = reader.extract(title, body)
+    is_silent = want_comment and classification["label"] == "silent" and classification["confidence"] >= MIN_CONFIDENCE
+    scenario = to_scenario(partial) if is_silent else None
+    report, reason = None, None
+    if is_silent:
+        report, reason = _diagnose(diagnoser, {**issue, "body": body}, scenario)
+    labels = suggested_labels(classification)
+    comment = None
+    if is_silent:
+        ctx = comment_context(issue_revision(issue), classification, partial, missing, report, reason, labels, truncated)
+        comment = render_comment(ctx)
+    return Plan(int(issue["number"]), issue_revision(issue), classification, partial, missing, report, comment, labels)
+
+
+def _diagnose(diagnoser: Diagnoser, issue: dict, scenario: Scenario | None) -> tuple[dict | None, str | None]:
+    if scenario is None:
+        return None, "The issue does not yet say enough to reproduce it (diffdx needs at least a model and a prompt)."
+    try:
+        report = diagnoser.diagnose(issue, scenario)
+    except Exception as e:          # a failed diagnosis must not stop triage
+        print(f"triage: diagnosis of #{issue.get('number')} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None, "diffdx tried to reproduce it, but the diagnosis run failed."
+    if report is None:
+        return None, "diffdx could not produce a diagnosis for this scenario yet."
+    return report, None
+
+
+def scenario_line(partial: dict) -> str:
+    """One line saying what was read from the issue. Pure."""
+    meta, target = partial.get("meta", {}), partial.get("target", {})
+    requests = partial.get("workload", {}).get("requests", [])
+    parts = [" ".join(x for x in (meta.get("engine"), meta.get("engine_version")) if x),
+             (partial.get("model") or {}).get("path") or (partial.get("model") or {}).get("arch"),
+             target.get("dtype"),
+             ", ".join(f"{k}={v}" for k, v in sorted((target.get("options") or {}).items())),
+             f"{len(requests)} prompt(s)" if requests else None,
+             f"known good {partial['good_ref']}" if partial.get("good_ref") else None]
+    return "; ".join(p for p in parts if p)
+
+
+def report_view(report: dict | None) -> dict | None:
+    """A §5 report with every key the template reads present (top 3 hypotheses). Pure."""
+    if not report:
+        return None
+    fd = report.get("first_divergence") or None
+    if fd:
+        fd = {"tap": fd.get("tap", "?"), "step": fd.get("step", "?"), "requests": fd.get("requests") or [],
+              "positions": (fd.get("positions") or [])[:8], "ratio": float(fd.get("ratio") or 0.0)}
+    commit = report.get("commit") or None
+    if commit:
+        commit = {"sha": str(commit.get("sha") or ""), "subject": commit.get("subject") or ""}
+    hyps = [{"rank": h.get("rank", i + 1), "file": h.get("file", "?"), "function": h.get("function", "?"),
+             "category": h.get("category", "unknown"), "confidence": float(h.get("confidence") or 0.0),
+             "verified": bool(h.get("verified")), "explanation": h.get("explanation") or "",
+             "evidence": list(h.get("evidence") or [])[:3]}
+            for i, h in enumerate((report.get("hypotheses") or [])[:3])]
+    return {"reproduced": bool(report.get("reproduced")), "first_divergence": fd,
+            "kernel": report.get("kernel"), "commit": commit, "hypotheses": hyps}
+
+
+def comment_context(revision: str, classification: dict, partial: dict, missing: list[str], report: dict | None,
+                    reason: str | None, labels: list[str], truncated: dict | None) -> dict:
+    return {"marker": MARKER.format(revision), "confidence": classification["confidence"],
+            "scenario_line": scenario_line(partial), "missing": missing, "report": report_view(report),
+            "no_diagnosis_reason": reason or "", "suggested_labels": labels, "truncated": truncated}
+
+
+def render_comment(ctx: dict) -> str:
+    text = render("triage_comment.j2", **ctx).strip() + "\n"
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text if len(text) <= MAX_COMMENT_CHARS else text[:MAX_COMMENT_CHARS] + "\n\n(comment truncated)\n"
+
+
+# --- acting: post and label, once per revision ---------------------------------------------
+
+def apply_plan(plan: Plan, ctx: Context) -> list[str]:
+    """Post the comment and the labels the plan asks for, unless this revision already has them."""
+    done = []
+    if plan.comment and not ctx.state.done(ctx.repo, plan.number, plan.revision, "comment"):
+        done.append(_comment(plan, ctx))
+    if plan.labels and not ctx.state.done(ctx.repo, plan.number, plan.revision, "labels"):
+        done.append(_label(plan, ctx))
+    return [d for d in done if d]
+
+
+def _comment(plan: Plan, ctx: Context) -> str | None:
+    if not ctx.post:
+        print(f"--- would comment on {ctx.repo}#{plan.number}:\n{plan.comment}---", file=ctx.out)
+        return None
+    marker = MARKER.format(plan.revision)
+    if any(marker in (c.get("body") or "") for c in ctx.gh.list_comments(ctx.repo, plan.number)):
+        ctx.state.record(ctx.repo, plan.number, plan.revision, "comment", "found on GitHub")
+        return None
+    posted = ctx.gh.create_comment(ctx.repo, plan.number, plan.comment)
+    ctx.state.record(ctx.repo, plan.number, plan.revision, "comment", str((posted or {}).get("id", "")))
+    return "commented"
+
+
+def _label(plan: Plan, ctx: Context) -> str | None:
+    if not ctx.label:
+        print(f"--- would label {ctx.repo}#{plan.number}: {', '.join(plan.labels)}", file=ctx.out)
+        return None
+    ctx.gh.add_labels(ctx.repo, plan.number, plan.labels)
+    ctx.state.record(ctx.repo, plan.number, plan.revision, "labels", ",".join(plan.labels))
+    return "labelled"
+
+
+def triage_issue(issue: dict, ctx: Context) -> list[str]:
+    commented = ctx.state.done(ctx.repo, int(issue["number"]), issue_revision(issue), "comment")
+    plan = plan_issue(issue, ctx.reader, ctx.diagnoser, want_comment=not commented)
+    c = plan.classification
+    print(f"{ctx.repo}#{plan.number}: {c['label']} ({c['confidence']:.2f}) {issue.get('title', '')[:80]}", file=ctx.out)
+    return apply_plan(plan, ctx)
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+def classify_line(line: str, reader: Reader) -> dict:
+    """One input line -> the contract's output object (malformed -> `other`, confidence 0)."""
+    try:
+        item = json.loads(line)
+    except ValueError as e:
+        raise ValueError(f"not valid JSON ({e.msg})") from None
+    if not isinstance(item, dict):
+        raise ValueError(f"expected a JSON object, got {type(item).__name__}")
+    title, body = item.get("title") or "", item.get("body") or ""
+    if not isinstance(title, str) or not isinstance(body, str):
+        raise ValueError("`title` and `body` must be strings")
+    if not title and not body:
+        raise ValueError("neither `title` nor `body` given")
+    c = reader.classify(title[:1000], body[:MAX_BODY_CHARS])
+    return {"label": c["label"], "confidence": c["confidence"]}
+
+
+def run_classify(path: str, reader: Reader, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    source = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
+    with source:
+        for n, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                result = classify_line(line, reader)
+            except ValueError as e:
+                print(f"triage classify: {path}:{n}: {e}; emitting label 'other'", file=sys.stderr)
+                result = {"label": "other", "confidence": 0.0, "error": str(e)}
+            print(json.dumps(result), file=out, flush=True)
+    return 0
+
+
+def fetch_issues(gh: GitHub, repo: str, since: str | None, numbers: list[int] | None) -> list[dict]:
+    if numbers:
+        return [gh.get_issue(repo, n) for n in numbers]
+    if since and len(since) == 10:        # a bare date
+        since += "T00:00:00Z"
+    return gh.list_issues(repo, since=since)
+
+
+def make_reader(llm: str, model: str | None = None) -> Reader:
+    if llm == "none":
+        return Reader()
+    from agent.triage_llm import OpenAITriageLLM
+    return Reader(OpenAITriageLLM(model))
+
+
+def make_context(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:
+    return Context(repo=getattr(args, "repo", None) or "", reader=make_reader(args.llm, args.llm_model),
+                   diagnoser=diagnoser or AgentDiagnoser(), state=TriageState(args.db),
+                   gh=GitHub.from_env(args.api_url), post=args.post, label=args.label, out=out or sys.stdout)
+
+
+def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> int:
+    ctx = make_context(args, diagnoser, out)
+    numbers = [int(n) for n in args.issues.split(",") if n.strip()] if args.issues else None
+    failed = 0
+    for issue in fetch_issues(ctx.gh, args.repo, args.since, numbers):
+        try:
+            triage_issue(issue, ctx)
+        except GitHubError as e:            # carry on with the next issue; say which failed
+            failed += 1
+            print(f"triage: {args.repo}#{issue.get('number')}: {e}", file=sys.stderr)
+    ctx.state.close()
+    return 1 if failed else 0
+
+
+def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
+    from agent.triage_webhook import WebhookServer
+    secret = args.secret or os.environ.get("DIFFDX_WEBHOOK_SECRET")
+    if not secret:
+        print("triage serve: a webhook secret is required (--secret or DIFFDX_WEBHOOK_SECRET)", file=sys.stderr)
+        return 2
+    ctx = make_context(args, diagnoser)
+
+    def handle(repo: str, issue: dict) -> None:
+        triage_issue(issue, Context(**{**ctx.__dict__, "repo": repo}))
+
+    server = WebhookServer((args.host, args.port), secret, handle)
+    print(f"triage: listening on {args.host}:{server.server_address[1]}", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--llm", choices=("none", "openai"), default="none",
+                    help="LLM help for classification/extraction (openai needs OPENAI_BASE_URL)")
+    ap.add_argument("--llm-model", default=None, help="model name (default $DIFFDX_LLM_MODEL or gpt-4o-mini)")
+
+
+def _github_flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--post", action="store_true", help="post comments (default: print them)")
+    ap.add_argument("--label", action="store_true", help="add labels (default: print them)")
+    ap.add_argument("--api-url", default=None, help="GitHub API base URL (default api.github.com)")
+    ap.add_argument("--db", default=str(DEFAULT_DB), help="SQLite state file")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    if argv and argv[0] == "classify":
+        ap = argparse.ArgumentParser(prog="python -m agent.triage classify")
+        ap.add_argument("file", help="JSONL, one {title, body} per line ('-' for stdin)")
+        _common(ap)
+        return ap.parse_args(argv[1:], argparse.Namespace(command="classify"))
+    if argv and argv[0] == "serve":
+        ap = argparse.ArgumentParser(prog="python -m agent.triage serve")
+        ap.add_argument("--port", type=int, required=True)
+        ap.add_argument("--host", default="127.0.0.1")
+        ap.add_argument("--secret", default=None, help="webhook secret (or $DIFFDX_WEBHOOK_SECRET)")
+        _common(ap), _github_flags(ap)
+        return ap.parse_args(argv[1:], argparse.Namespace(command="serve"))
+    ap = argparse.ArgumentParser(prog="python -m agent.triage", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo", required=True, help="owner/name")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--since", help="only issues updated since DATE (YYYY-MM-DD or ISO 8601)")
+    which.add_argument("--issues", help="comma-separated issue numbers")
+    _common(ap), _github_flags(ap)
+    return ap.parse_args(argv, argparse.Namespace(command="repo"))
+
+
+def main(argv: list[str] | None = None, diagnoser: Diagnoser | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "classify":
+        return run_classify(args.file, make_reader(args.llm, args.llm_model))
+    if args.command == "serve":
+        return run_serve(args, diagnoser)
+    return run_repo(args, diagnoser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""`python -m agent.triage classify` (the DESIGN.md §8 contract) and the rules behind it."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmark.triage_eval import evaluate, load_issues, predict
+from tools.triage_rules import classify
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_classify_cli_output_is_aligned_json(tmp_path):
+    lines = [json.dumps({"title": "Gibberish after 4k tokens", "body": "No error in the logs.", "id": 1}),
+             "this is not json",
+             "",
+             json.dumps({"title": "[Feature]: support for Jamba", "body": "would be nice"}),
+             json.dumps(["a list"]),
+             json.dumps({"title": "pip install fails", "body": "ERROR: Failed building wheel for vllm"})]
+    f = tmp_path / "issues.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "agent.triage", "classify", str(f)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert len(out) == 5                                    # the blank line is not an issue
+    assert [o["label"] for o in out] == ["silent", "other", "feature", "other", "install"]
+    assert all(0.0 <= o["confidence"] <= 1.0 for o in out)
+    assert out[1]["confidence"] == 0.0 and "line 2" not in out[1].get("label", "")
+    assert ":2: not valid JSON" in proc.stderr and ":5: expected a JSON object" in proc.stderr
+
+
+def test_traceback_in_a_code_block_is_a_crash_even_if_it_says_wrong():
+    body = "The token ids are wrong?\n```\nTraceback (most recent call last):\n  File \"g.py\", line 1\nIndexError: index out of range in self\n```"
+    assert classify("generate() fails after adding tokens", body).label == "crash"
+
+
+def test_incidental_exception_does_not_make_a_silent_error_a_crash():
+    body = ("The second request returns a wrong answer; there is no error for that.\n"
+            "Side note: Ctrl-C prints an asyncio CancelledError traceback, unrelated.\n"
+            "```\nTraceback (most recent call last):\nasyncio.exceptions.CancelledError\n```")
+    assert classify("Prefix caching gives wrong answers", body).label == "silent"
+
+
+def test_import_error_traceback_is_an_install_problem():
+    body = "```\nTraceback (most recent call last):\n  File \"<string>\", line 1\nModuleNotFoundError: No module named 'vllm._C'\n```"
+    assert classify("after pip install -e .", body).label == "install"
+
+
+def test_template_tags_and_env_dumps():
+    env = "```\nCollecting environment information...\nPyTorch version: 2.3\nnvcc: NVIDIA (R) Cuda compiler\n```"
+    assert classify("[Usage]: how do I use two GPUs?", env).label == "question"
+    assert classify("[Performance]: slow prefill", env).label == "performance"
+    assert classify("", "").label == "other"
+
+
+def test_triage_eval_silent_precision_and_recall_on_the_whole_set():
+    issues = load_issues()
+    assert len(issues) >= 80
+    assert 0.35 <= sum(i["label"] == "silent" for i in issues) / len(issues) <= 0.45
+    figures = evaluate(issues, predict(issues))
+    assert figures["all"]["silent"]["precision"] >= 0.9
+    assert figures["all"]["silent"]["recall"] >= 0.9
+    assert figures["heldout"]["accuracy"] >= 0.8
