@@ -69,9 +69,11 @@ class Prober:
         self.engine_runs = 0
         self._reference_cache: dict[str, Trace] = {}
 
-    def run_target(self, scenario: Scenario, source: Path | None, taps=None, native_kernels=()) -> Trace:
+    def run_target(self, scenario: Scenario, source: Path | None, taps=None, native_kernels=(),
+                   coverage: bool = False) -> Trace:
         job = RunJob(scenario, scenario.target, str(ensure_checkpoint(scenario.model)), taps=taps,
-                     device=self.device, native_kernels=list(native_kernels))
+                     device=self.device, native_kernels=list(native_kernels),
+                     coverage_root=str(source) if coverage and source else None)
         self.engine_runs += 1
         return run_engine(job, source, timeout=self.timeout)
 
@@ -88,9 +90,9 @@ class Prober:
         return self._reference_cache[key]
 
     def probe(self, scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
-              taps=None, native_kernels=()) -> ProbeResult:
+              taps=None, native_kernels=(), coverage: bool = False) -> ProbeResult:
         runs_before = self.engine_runs
-        target = self.run_target(scenario, target_source, taps, native_kernels)
+        target = self.run_target(scenario, target_source, taps, native_kernels, coverage)
         teacher = target.sequences()
         high = self.run_reference(scenario, HIGH_DTYPE, teacher, reference_source, taps)
         low = high if scenario.target.dtype == HIGH_DTYPE else \

@@ -27,17 +27,20 @@ class RunJob:
     taps: list[str] | None = None       # fnmatch patterns; None = every tap, [] = outputs only
     device: str = "cpu"
     native_kernels: list[str] = field(default_factory=list)  # kernels swapped to the native twin
+    coverage_root: str | None = None    # record which functions under this dir ran (spectrum evidence)
 
     def to_json(self) -> dict:
         return {"scenario": self.scenario.to_dict(), "spec": asdict(self.spec),
                 "checkpoint": self.checkpoint, "teacher": self.teacher, "taps": self.taps,
-                "device": self.device, "native_kernels": list(self.native_kernels)}
+                "device": self.device, "native_kernels": list(self.native_kernels),
+                "coverage_root": self.coverage_root}
 
     @classmethod
     def from_json(cls, d: dict) -> "RunJob":
         return cls(scenario=from_dict(d["scenario"]), spec=EngineSpec(**d["spec"]),
                    checkpoint=d["checkpoint"], teacher=d.get("teacher"), taps=d.get("taps"),
-                   device=d.get("device", "cpu"), native_kernels=d.get("native_kernels", []))
+                   device=d.get("device", "cpu"), native_kernels=d.get("native_kernels", []),
+                   coverage_root=d.get("coverage_root"))
 
 
 class Engine(Protocol):

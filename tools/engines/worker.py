@@ -2,7 +2,32 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def function_coverage(root: str | None):
+    """Record `relpath:qualname` of every Python function under `root` that runs."""
+    seen: set[tuple[str, str]] = set()
+    if not root:
+        yield seen
+        return
+    prefix = str(Path(root).resolve()) + os.sep
+
+    def profile(frame, event, _arg):
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(prefix):
+                seen.add((code.co_filename[len(prefix):], code.co_qualname.replace("<locals>.", "")))
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
 
 
 def main(job_path: str, out_dir: str) -> int:
@@ -12,9 +37,12 @@ def main(job_path: str, out_dir: str) -> int:
     from tools.engines import get_engine
     from tools.engines.protocol import RunJob
 
-    torch.set_num_threads(int(__import__("os").environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
-    job = RunJob.from_json(json.loads(open(job_path).read()))
-    trace = get_engine(job.spec.engine).run(job)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    job = RunJob.from_json(json.loads(Path(job_path).read_text()))
+    with function_coverage(job.coverage_root) as covered:
+        trace = get_engine(job.spec.engine).run(job)
+    if job.coverage_root:
+        trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
     trace_io.save(trace, out_dir)
     return 0
 

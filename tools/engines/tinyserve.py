@@ -1,0 +1,245 @@
+"""diffdx adapter for tinyserve, the benchmark's subject engine (DESIGN.md §4, §6).
+
+Runs in the worker process, whose PYTHONPATH starts with the tree under test, so
+`import tinyserve` inside `run()` loads the (possibly buggy) worktree. Taps come
+from forward hooks on tinyserve's modules (registered in a context manager,
+always removed); tinyserve's forward context says which request and position
+each packed row belongs to, so the paged/packed layout and the fused qkv /
+gate_up projections are undone here.
+
+Module -> tap map (per layer `layers.{i}.` prefix; `<prev>.out` is the previous
+layer's `out`, produced by this layer's fused residual add):
+
+    input_layernorm           attn_norm (normed), layers.{i-1}.out (residual)
+    self_attn.qkv_proj        attn.q | attn.k | attn.v (fused output split)
+    self_attn.rotary_emb      attn.q_rot, attn.k_rot
+    self_attn.attn            attn.out
+    self_attn.o_proj          attn.o_proj
+    post_attention_layernorm  llama: mlp_norm, resid_mid  | gemma2: attn.post_norm
+    pre_feedforward_layernorm gemma2: mlp_norm, resid_mid
+    mlp.gate_up_proj          mlp.gate | mlp.up
+    mlp.act_fn                mlp.act
+    mlp.down_proj             mlp.down
+    post_feedforward_layernorm gemma2: mlp.post_norm
+    model.norm                final_norm, layers.{L-1}.out
+    logits_processor          logits (rows of sampling sequences only)
+    sampler.adjuster          sampler.logits;  sampler: sampler.probs, sampler.token
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from tools.engines.protocol import Capabilities, RunJob
+from tools.scenario import EngineSpec
+from tools.taps import HEAD_TAPS, matches, order_key
+from tools.trace import RequestOutput, TapRecord, Trace
+
+SUBJECT_ROOT = Path(__file__).resolve().parents[2] / "benchmark" / "subjects" / "tinyserve"
+OPTION_ALIASES = {"prefix_caching": "enable_prefix_caching", "chunked_prefill": "enable_chunked_prefill",
+                  "num_gpu_blocks": "num_kv_blocks"}
+MAX_STEPS = 100_000
+
+_LLAMA_LAYER = (
+    ("input_layernorm", (("attn_norm", "normed"), ("<prev>.out", "residual"))),
+    ("self_attn.qkv_proj", (("attn.q", "shard0"), ("attn.k", "shard1"), ("attn.v", "shard2"))),
+    ("self_attn.rotary_emb", (("attn.q_rot", "item0"), ("attn.k_rot", "item1"))),
+    ("self_attn.attn", (("attn.out", "tensor"),)),
+    ("self_attn.o_proj", (("attn.o_proj", "tensor"),)),
+    ("post_attention_layernorm", (("mlp_norm", "normed"), ("resid_mid", "residual"))),
+    ("mlp.gate_up_proj", (("mlp.gate", "shard0"), ("mlp.up", "shard1"))),
+    ("mlp.act_fn", (("mlp.act", "tensor"),)),
+    ("mlp.down_proj", (("mlp.down", "tensor"),)),
+)
+_GEMMA2_LAYER = tuple(h for h in _LLAMA_LAYER if h[0] != "post_attention_layernorm") + (
+    ("post_attention_layernorm", (("attn.post_norm", "tensor"),)),
+    ("pre_feedforward_layernorm", (("mlp_norm", "normed"), ("resid_mid", "residual"))),
+    ("post_feedforward_layernorm", (("mlp.post_norm", "tensor"),)),
+)
+LAYER_HOOKS = {"llama": _LLAMA_LAYER, "mistral": _LLAMA_LAYER, "qwen2": _LLAMA_LAYER, "gemma2": _GEMMA2_LAYER}
+# (module path from the model runner, rows, [(tap, reader)])
+GLOBAL_HOOKS = (
+    ("model.model.embed_tokens", "tokens", (("embed", "tensor"),)),
+    ("model.model.norm", "tokens", (("final_norm", "normed"), ("<last>.out", "residual"))),
+    ("model.logits_processor", "samples", (("logits", "tensor"),)),
+    ("sampler.adjuster", "samples", (("sampler.logits", "tensor"),)),
+    ("sampler", "samples", (("sampler.probs", "probs"), ("sampler.token", "token"))),
+)
+
+
+def import_tinyserve():
+    """The tree under test if it is on the path, else the pristine subject beside diffdx."""
+    try:
+        import tinyserve
+    except ImportError:
+        sys.path.insert(0, str(SUBJECT_ROOT))
+        import tinyserve
+    return tinyserve
+
+
+def read_output(output, reader: str, module) -> torch.Tensor | None:
+    """One hook output -> the [rows, features] tensor a tap wants (None: not produced here)."""
+    if reader == "tensor":
+        return output
+    if reader == "normed":
+        return output[0] if isinstance(output, tuple) else output
+    if reader == "residual":
+        return output[1] if isinstance(output, tuple) else None
+    if reader.startswith("item"):
+        return output[int(reader[4:])]
+    if reader.startswith("shard"):
+        return output.split(module.output_sizes, dim=-1)[int(reader[5:])]
+    if reader == "probs":
+        return output.probs
+    if reader == "token":
+        return output.sampled_token_ids.unsqueeze(1)
+    raise ValueError(f"unknown tap reader {reader!r}")
+
+
+class TapRecorder:
+    """Forward hooks that copy canonical taps out of a running tinyserve engine."""
+
+    def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype):
+        self.runner, self.patterns, self.out_dtype = runner, patterns, out_dtype
+        self.records: list[TapRecord] = []
+        self.hooks = self._hook_plan(arch, num_layers)
+        self._forward_context = import_tinyserve().forward_context.get_forward_context
+
+    def _hook_plan(self, arch: str, num_layers: int) -> list[tuple[str, str, list]]:
+        plan = []
+        for i in range(num_layers):
+            for path, taps in LAYER_HOOKS[arch]:
+                named = [(self._layer_tap(i, t, num_layers), r) for t, r in taps]
+                plan.append((f"model.model.layers.{i}.{path}", "tokens", [(t, r) for t, r in named if t]))
+        for path, rows, taps in GLOBAL_HOOKS:
+            named = [(t.replace("<last>", f"layers.{num_layers - 1}"), r) for t, r in taps]
+            plan.append((path, rows, named))
+        return [(p, rows, [(t, r) for t, r in taps if matches(t, self.patterns)])
+                for p, rows, taps in plan if any(matches(t, self.patterns) for t, _ in taps)]
+
+    @staticmethod
+    def _layer_tap(i: int, tap: str, num_layers: int) -> str | None:
+        if tap == "<prev>.out":
+            return f"layers.{i - 1}.out" if i > 0 else None
+        return f"layers.{i}.{tap}"
+
+    def _hook(self, rows: str, taps: list):
+        def hook(module, inputs, output):
+            ctx = self._forward_context()
+            for tap, reader in taps:
+                tensor = read_output(output, reader, module)
+                if tensor is not None:
+                    self._record(ctx, tap, rows, tensor.detach().clone())
+        return hook
+
+    def _record(self, ctx, tap: str, rows: str, tensor: torch.Tensor) -> None:
+        if rows == "tokens":
+            seq_index, positions = ctx.row_seq_index, ctx.positions
+        else:
+            seq_index, positions = ctx.sample_seq_index, ctx.positions[ctx.logits_indices]
+        for s in seq_index.unique(sorted=True).tolist():
+            mask = seq_index == s
+            self.records.append(TapRecord(name=tap, step=ctx.step, request=int(ctx.request_ids[s]),
+                                          positions=positions[mask].tolist(),
+                                          tensor=tensor[mask].to(self.out_dtype).reshape(int(mask.sum()), -1)))
+
+    def _module(self, path: str):
+        # "model.model.layers.0.mlp" -> runner.model.get_submodule("model.layers.0.mlp")
+        owner, _, rest = path.partition(".")
+        module = getattr(self.runner, owner)
+        return module.get_submodule(rest) if rest else module
+
+    @contextmanager
+    def attached(self):
+        handles = []
+        try:
+            for path, rows, taps in self.hooks:
+                handles.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    def ordered(self) -> list[TapRecord]:
+        return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
+
+
+def engine_options(spec: EngineSpec, native_kernels) -> dict:
+    options = {OPTION_ALIASES.get(k, k): v for k, v in spec.options.items()}
+    options["native_kernels"] = sorted(set(options.get("native_kernels", [])) | set(native_kernels))
+    return {**options, "dtype": spec.dtype}
+
+
+def sampling_params(ts, request, max_tokens: int, teacher: bool):
+    s = dict(request.sampling)
+    s.setdefault("temperature", 0.0)   # scenario default: greedy
+    if teacher:   # forced tokens decide the length; stop conditions would cut it short
+        s.update(ignore_eos=True, stop=[], stop_token_ids=[])
+    return ts.SamplingParams(max_tokens=max_tokens, **s)
+
+
+def plan_requests(ts, engine, job: RunJob) -> list[dict]:
+    """Scenario requests (+ teacher sequences) -> add_request arguments with arrival steps."""
+    plans = []
+    for i, req in enumerate(job.scenario.requests):
+        prompt = list(req.prompt_ids) if req.prompt_ids is not None else engine.tokenizer.encode(req.prompt)
+        forced, max_tokens = None, req.max_tokens
+        if job.teacher is not None:
+            full = list(job.teacher[i])
+            n = min(len(prompt), len(full) - 1)   # at least one forced token, so the last row gets logits
+            prompt, forced = full[:n], full[n:]
+            max_tokens = len(forced)
+        plans.append(dict(request_id=str(i), prompt=prompt, forced_token_ids=forced,
+                          params=sampling_params(ts, req, max_tokens, forced is not None),
+                          arrival=req.arrival_step))
+    return sorted(plans, key=lambda p: p["arrival"])
+
+
+def drive(engine, plans: list[dict]) -> dict:
+    """Add each request at its arrival step, step until all finish -> {request_id: output}."""
+    pending, outputs = list(plans), {}
+    while pending or engine.has_unfinished_requests():
+        while pending and pending[0]["arrival"] <= engine.step_count:
+            p = pending.pop(0)
+            engine.add_request(p["request_id"], p["prompt"], p["params"], forced_token_ids=p["forced_token_ids"])
+        for out in engine.step():
+            outputs[out.request_id] = out
+        if engine.step_count > MAX_STEPS:
+            raise RuntimeError(f"tinyserve did not finish within {MAX_STEPS} steps")
+    return outputs
+
+
+class TinyServeEngine:
+    name = "tinyserve"
+
+    def capabilities(self, spec: EngineSpec) -> Capabilities:
+        ts = import_tinyserve()
+        return Capabilities(taps=("embed", "layers.*", *HEAD_TAPS), kernels=tuple(ts.ops.KERNELS),
+                            teacher_forcing=True, dtypes=("float64", "float32", "bfloat16", "float16"))
+
+    def run(self, job: RunJob) -> Trace:
+        ts = import_tinyserve()
+        options = engine_options(job.spec, job.native_kernels)
+        engine = ts.LLMEngine(ts.Config(model=job.checkpoint, **options))
+        cfg = engine.config.model_config
+        out_dtype = torch.float64 if job.spec.dtype == "float64" else torch.float32
+        recorder = TapRecorder(engine.model_runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype)
+        with recorder.attached():
+            outputs = drive(engine, plan_requests(ts, engine, job))
+        results = [outputs[str(i)] for i in range(len(job.scenario.requests))]
+        return Trace(engine=self.name, dtype=job.spec.dtype, records=recorder.ordered(),
+                     outputs=[RequestOutput(prompt_ids=list(o.prompt_token_ids), output_ids=list(o.token_ids),
+                                            logprobs=list(o.logprobs), text=o.text, finish_reason=o.finish_reason)
+                              for o in results],
+                     meta=self._meta(ts, engine, options, job))
+
+    @staticmethod
+    def _meta(ts, engine, options: dict, job: RunJob) -> dict:
+        native = set(engine.config.native_kernels)
+        return {"options": options, "tinyserve_file": ts.__file__, "steps": engine.step_count,
+                "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
+                "teacher_forced": job.teacher is not None, "num_kv_blocks": engine.config.num_kv_blocks,
+                "max_num_batched_tokens": engine.config.max_num_batched_tokens}
