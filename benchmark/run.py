@@ -1,0 +1,343 @@
+"""Run a diagnosing agent on benchmark cases and score it (DESIGN.md §5, §6).
+
+    python -m benchmark.run [--cases-dir DIR] [CASE ...] [--agent full|output-only|bisect-only|module:function]
+                            [--llm none|openai] [--workers N] [--ray] [--samples N] --out DIR
+
+Per case (and sample) a worker builds the case repo in a temp dir and calls the agent
+with only the CaseInput; the agent never sees the case folder or its truth. Output:
+
+    DIR/args.json                 the run's config (STYLE.md §12)
+    DIR/<case-id>/report.json     the agent's report (+ report.md if it writes one); with
+                                  --samples N > 1 also DIR/<case-id>/samples/<i>/report.json
+    DIR/results.json              per-case scores and aggregates (benchmark.score)
+    DIR/results.md                the table; DIR/results_by_category.png the chart
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmark.build import build_case_repo, read_commit_map
+from benchmark.cases import Case, CaseError, case_input, load_case, load_cases, load_truth
+from benchmark.score import CaseScore, score_case, summarize
+
+AGENTS = {
+    "full": "agent.run:diagnose_case",
+    "output-only": "benchmark.baselines:output_only",
+    "bisect-only": "benchmark.baselines:bisect_only",
+}
+LLMS = ("none", "openai")
+PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS", "OPENAI_BASE_URL", "OPENAI_API_KEY")
+Agent = Callable[..., dict]   # (case_input: CaseInput, out_dir: Path, llm: str) -> report dict (DESIGN §5)
+
+
+class AgentLookupError(LookupError):
+    """An agent name that does not resolve; the message lists the registered ones."""
+
+
+class RayMissingError(RuntimeError):
+    """--ray was asked for but `ray` cannot be imported."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out: Path
+    cases: tuple[str, ...] = ()
+    cases_dir: Path | None = None
+    agent: str = "full"
+    llm: str = "none"
+    workers: int = 1
+    ray: bool = False
+    samples: int = 1
+
+    def __post_init__(self):
+        if self.llm not in LLMS:
+            raise ValueError(f"--llm {self.llm!r} is not one of {', '.join(LLMS)}")
+        if self.workers < 1 or self.samples < 1:
+            raise ValueError(f"--workers and --samples must be >= 1, got {self.workers} and {self.samples}")
+        if self.agent not in AGENTS and ":" not in self.agent:
+            raise AgentLookupError(f"unknown agent {self.agent!r}; known: {', '.join(AGENTS)} (or module:function)")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One diagnosis: picklable, so that it can travel to a process or a Ray worker."""
+    case_dir: str
+    sample: int
+    agent: str
+    llm: str
+    out_dir: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_agent(name: str) -> Agent:
+    """'full' | 'output-only' | 'bisect-only' | 'module:function' -> the agent callable (imported lazily)."""
+    target = AGENTS.get(name, name)
+    if ":" not in target:
+        raise AgentLookupError(f"unknown agent {name!r}; known: {', '.join(AGENTS)} (or module:function)")
+    module, func = target.split(":", 1)
+    try:
+        agent = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as e:
+        raise AgentLookupError(f"agent {name!r} ({target}) is not available: {e}") from None
+    if not callable(agent):
+        raise AgentLookupError(f"agent {name!r} ({target}) is not callable")
+    return agent
+
+
+def diagnose_one(job: Job) -> dict:
+    """Build the case repo, run the agent on the CaseInput, write report.json. Never raises."""
+    os.environ.update(job.env)
+    case = load_case(job.case_dir)
+    out_dir = Path(job.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    commits = None
+    with tempfile.TemporaryDirectory(prefix=f"diffdx-{case.id}-") as tmp:
+        try:
+            repo = build_case_repo(case, Path(tmp) / "repo")
+            commits = read_commit_map(repo)
+            report = _call_agent(job, case, repo, out_dir)
+        except Exception as e:  # a crashing case is a scored miss, never the end of the run
+            report = error_report(case.issue_number, f"{type(e).__name__}: {e}", traceback.format_exc())
+    report.setdefault("issue", str(case.issue_number))
+    cost = report.setdefault("cost", {})
+    if isinstance(cost, dict):
+        cost.setdefault("wall_s", round(time.monotonic() - started, 3))
+    write_json(out_dir / "report.json", report)
+    return {"case": case.id, "sample": job.sample, "report": report, "commits": commits}
+
+
+def _call_agent(job: Job, case: Case, repo: Path, out_dir: Path) -> dict:
+    report = resolve_agent(job.agent)(case_input(case, repo), out_dir, job.llm)
+    if not isinstance(report, dict):
+        raise TypeError(f"agent {job.agent!r} returned {type(report).__name__}, not a report dict")
+    return report
+
+
+def error_report(issue_number: int, error: str, trace: str = "") -> dict:
+    return {"issue": str(issue_number), "reproduced": False, "error": error, "traceback": trace[-4000:],
+            "hypotheses": [], "cost": {"engine_runs": 0, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0}}
+
+
+def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
+    env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    jobs = []
+    for case in cases:
+        for i in range(cfg.samples):
+            out = cfg.out / case.id if cfg.samples == 1 else cfg.out / case.id / "samples" / str(i)
+            jobs.append(Job(str(case.dir), i, cfg.agent, cfg.llm, str(out.resolve()), env))
+    return jobs
+
+
+def execute_local(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) -> list[dict]:
+    """Jobs on `workers` local processes (spawned: no torch/thread state inherited)."""
+    results = []
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(diagnose_one, job): job for job in jobs}
+        for future in as_completed(futures):
+            results.append(_result_or_crash(future.result, futures[future]))
+            on_done(results[-1])
+    return results
+
+
+def execute_ray(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) -> list[dict]:
+    """Jobs as Ray tasks (one CPU each); connects to $RAY_ADDRESS if set, else starts a local Ray."""
+    ray = import_ray()
+    # Ray workers do not share the driver's sys.path: hand them diffdx's root (and the cwd) explicitly.
+    paths = [str(Path(__file__).resolve().parents[1]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, paths))}}
+    if "RAY_ADDRESS" in os.environ:
+        ray.init(ignore_reinit_error=True, runtime_env=runtime_env)
+    else:
+        ray.init(ignore_reinit_error=True, num_cpus=workers, runtime_env=runtime_env)
+    task = ray.remote(num_cpus=1, max_retries=0)(diagnose_one)
+    pending = {task.remote(job): job for job in jobs}
+    results = []
+    while pending:
+        (ref,), _ = ray.wait(list(pending), num_returns=1)
+        results.append(_result_or_crash(lambda: ray.get(ref), pending.pop(ref)))
+        on_done(results[-1])
+    return results
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise RayMissingError("--ray needs Ray, which is not installed here: pip install ray "
+                              "(or drop --ray to run on local processes)") from None
+    return ray
+
+
+def _result_or_crash(get: Callable[[], dict], job: Job) -> dict:
+    """A worker that died (not just a raising agent) still leaves an error report."""
+    try:
+        return get()
+    except Exception as e:
+        case = load_case(job.case_dir)
+        report = error_report(case.issue_number, f"worker died: {type(e).__name__}: {e}")
+        write_json(Path(job.out_dir) / "report.json", report)
+        return {"case": case.id, "sample": job.sample, "report": report, "commits": None}
+
+
+def run_benchmark(cfg: RunConfig) -> dict:
+    """Diagnose and score every selected case; writes everything under cfg.out; returns results.json."""
+    if cfg.ray:
+        import_ray()                                # before any work: a missing Ray is a usage error
+    cases = load_cases(cfg.cases_dir, list(cfg.cases) or None)
+    if not cases:
+        raise CaseError(f"no cases to run in {cfg.cases_dir or 'the bundled cases dir'}")
+    truths = {c.id: load_truth(c) for c in cases}   # a malformed truth.toml fails before any diagnosis
+    resolve_agent(cfg.agent)                        # and so does an agent that cannot be imported
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    write_json(cfg.out / "args.json", run_record(cfg, cases))
+    jobs = make_jobs(cases, cfg)
+    execute = execute_ray if cfg.ray else execute_local
+    progress = _progress(len(jobs))
+    results = execute(jobs, cfg.workers, progress)
+    scores = [_score(case, truths[case.id], results, cfg) for case in cases]
+    out = results_record(cfg, scores)
+    write_json(cfg.out / "results.json", out)
+    (cfg.out / "results.md").write_text(results_markdown(out))
+    plot_by_category(out, cfg.out / "results_by_category.png")
+    return out
+
+
+def _score(case: Case, truth, results: list[dict], cfg: RunConfig) -> CaseScore:
+    mine = sorted((r for r in results if r["case"] == case.id), key=lambda r: r["sample"])
+    if cfg.samples > 1:  # DIR/<case-id>/report.json is sample 0, as with one sample
+        write_json(cfg.out / case.id / "report.json", mine[0]["report"])
+    commits = next((r["commits"] for r in mine if r["commits"]), None)
+    return score_case(case.id, case.category, case.subject, [r["report"] for r in mine], truth, commits)
+
+
+def _progress(total: int) -> Callable[[dict], None]:
+    done = [0]
+
+    def report(result: dict) -> None:
+        done[0] += 1
+        rep = result["report"]
+        status = f"error: {rep['error'][:120]}" if rep.get("error") else f"{len(rep.get('hypotheses') or [])} hypotheses"
+        print(f"[{done[0]}/{total}] {result['case']} #{result['sample']}: {status}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def run_record(cfg: RunConfig, cases: list[Case]) -> dict:
+    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    record.update(case_ids=[c.id for c in cases], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  diffdx_commit=_diffdx_commit(), python=platform.python_version(), argv=sys.argv)
+    return record
+
+
+def _diffdx_commit() -> str | None:
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
+def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
+    summary = summarize(scores)
+    return {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+            "overall": summary["overall"].to_dict(),
+            "by_category": {k: a.to_dict() for k, a in summary["by_category"].items()},
+            "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
+            "cases": [s.to_dict() for s in scores]}
+
+
+def results_markdown(results: dict) -> str:
+    """results.json -> the table: overall, per category, per subject; then one row per case."""
+    head = "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
+    lines = [f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`", "",
+             head, "|" + "---|" * 10, _md_row("**overall**", results["overall"])]
+    lines += [_md_row(name, agg) for name, agg in results["by_category"].items()]
+    lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 10]
+    lines += [_md_row(name, agg) for name, agg in results["by_subject"].items()]
+    lines += ["", "| case | category | rank | pass@1 | pass@5 | component | commit | engine runs | tokens | wall s |",
+              "|" + "---|" * 10]
+    for c in results["cases"]:
+        lines.append(f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c['pass_at_1']:.2f} | "
+                     f"{c['pass_at_5']:.2f} | {c['component']:.2f} | {_fmt(c['commit'])} | {c['engine_runs']:.1f} | "
+                     f"{c['tokens']:.0f} | {c['wall_s']:.1f} |" + (" error" if c["errors"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _md_row(name: str, agg: dict) -> str:
+    return (f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
+            f"{_fmt(agg['commit_acc'])} | {agg['engine_runs']:.1f} | {agg['tokens']:.0f} | {agg['wall_s']:.1f} | "
+            f"{agg['errors']} |")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def plot_by_category(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {"overall": results["overall"], **results["by_category"]}
+    metrics = [("pass_at_1", "function pass@1"), ("pass_at_5", "function pass@5"), ("component_acc", "component acc")]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows)), 4))
+    width = 0.8 / len(metrics)
+    for i, (key, label) in enumerate(metrics):
+        ax.bar([x + i * width for x in range(len(rows))], [r[key] for r in rows.values()], width, label=label)
+    ax.set_xticks([x + width for x in range(len(rows))], [f"{k}\n(n={r['cases']})" for k, r in rows.items()])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of cases")
+    ax.set_title(f"diffdx benchmark: agent {results['config']['agent']}, llm {results['config']['llm']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.run", description="Diagnose benchmark cases and score them.")
+    ap.add_argument("cases", nargs="*", help="case ids (default: every case in --cases-dir)")
+    ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
+    ap.add_argument("--agent", default="full", help=f"{' | '.join(AGENTS)} | module:function")
+    ap.add_argument("--llm", default="none", choices=LLMS)
+    ap.add_argument("--workers", type=int, default=1, help="parallel diagnoses (local processes or Ray tasks)")
+    ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
+    ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        cfg = RunConfig(out=args.out, cases=tuple(args.cases), cases_dir=args.cases_dir, agent=args.agent,
+                        llm=args.llm, workers=args.workers, ray=args.ray, samples=args.samples)
+        results = run_benchmark(cfg)
+    except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    o = results["overall"]
+    print(f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f}, pass@5 {o['pass_at_5']:.2f}, "
+          f"component {o['component_acc']:.2f}, commit {_fmt(o['commit_acc'])}; see {args.out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
