@@ -1,0 +1,258 @@
+"""Candidates -> ranked, evidenced hypotheses -> counterfactual verification.
+
+Evidence, strongest first:
+  * verified: reverting the function's last change (or swapping its kernel to the native twin)
+    removes the divergence;
+  * the function was changed by the culprit commit that bisection found;
+  * it implements the kernel whose native twin removes the divergence;
+  * it ran only in the failing run, not in a nearby passing one (spectrum evidence);
+  * its name or file belongs to the component of the first divergent tap, or to the
+    feature the trigger switched on (prefix caching, chunked prefill, penalties, …);
+  * it changed recently (a non-root commit touched it), when no culprit is known.
+A function that never ran in the failing run is pushed down: it cannot have caused it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import taps as tapnames
+from tools.engines.runner import EngineRunError
+from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction
+from tools.gitrepo import GitError, PatchConflict, commit_diff, revert_function_hunks, temporary_worktree
+from tools.probe import Prober
+from tools.source import Symbol, open_index
+
+# Scores per kind of evidence (plain data; tuned on nothing but their order of strength).
+WEIGHTS = {"culprit": 6.0, "kernel": 3.0, "spectrum": 2.5, "component": 1.5, "trigger": 1.5,
+           "recent": 1.0, "ran": 1.0, "not_run": -4.0, "native_twin": -2.0, "verified": 20.0,
+           "refuted": -3.0}
+
+# Divergent component -> words that name its code.
+COMPONENT_WORDS = {
+    "embedding": ["embed", "vocab"], "norm": ["norm", "rms"],
+    "linear": ["linear", "proj", "qkv", "gate_up", "weight", "load", "shard", "pack"],
+    "rotary": ["rotary", "rope", "cos_sin", "inv_freq", "scaling", "yarn", "llama3", "ntk", "position"],
+    "attention": ["attention", "attn", "softmax", "mask", "window", "paged", "kv", "slot", "causal"],
+    "residual": ["residual", "add", "norm", "layer", "decoder"], "activation": ["act", "silu", "gelu", "mlp"],
+    "lm_head": ["logits", "lm_head", "softcap", "head", "tie", "final"],
+    "sampler": ["sampl", "penalt", "top_k", "top_p", "min_p", "temperature", "logprob", "logits_process"],
+}
+# Trigger words (from the variant that reproduced) -> code words.
+TRIGGER_WORDS = {
+    "prefix": ["prefix", "hash", "cache", "block", "evict", "ref"], "chunk": ["chunk", "prefill", "schedul"],
+    "block": ["block", "slot", "table"], "batch": ["batch", "schedul", "pad", "seq", "pack"],
+    "staggered": ["schedul", "step", "batch", "seq"], "penalt": ["penalt", "repetition", "presence", "frequency"],
+    "temperature": ["sampl", "temperature", "top", "min_p", "seed", "generator"],
+    "long": ["window", "position", "rope", "scaling", "partition", "split", "tile"],
+    "float32": [], "decode": ["decode", "split", "partition", "merge"],
+}
+CATEGORY_OF_COMPONENT = {"rotary": "positional-encoding", "attention": "attention", "sampler": "sampling",
+                         "norm": "numerics", "residual": "numerics", "activation": "numerics",
+                         "linear": "model-config", "embedding": "model-config", "lm_head": "model-config"}
+
+
+@dataclass
+class Candidate:
+    symbol: Symbol
+    score: float = 0.0
+    evidence: list[str] = field(default_factory=list)
+    commit: str | None = None          # the commit whose change to it is suspected
+    kinds: set[str] = field(default_factory=set)
+
+    def add(self, kind: str, line: str, weight: float | None = None) -> None:
+        if kind in self.kinds:
+            return
+        self.kinds.add(kind)
+        self.score += WEIGHTS[kind] if weight is None else weight
+        if line:
+            self.evidence.append(line)
+
+
+def words_match(symbol: Symbol, words: list[str]) -> bool:
+    text = f"{symbol.file} {symbol.qualname}".lower()
+    return any(w in text for w in words)
+
+
+def trigger_words(trigger: str | None, drill: DrillDown) -> list[str]:
+    text = (trigger or "").lower() + (" decode" if drill.pattern.get("decode_only") else "")
+    return sorted({w for key, ws in TRIGGER_WORDS.items() if key in text for w in ws})
+
+
+def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[set[str] | None, set[str]]:
+    """Functions ('file:qualname') run by the failing scenario, and by a passing one if known."""
+    try:
+        failing = set(prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta.get("coverage", []))
+        passing = set()
+        if repro.baseline is not None:
+            passing = set(prober.run_target(repro.baseline, repo, taps=[], coverage=True).meta.get("coverage", []))
+    except EngineRunError:
+        return None, set()
+    return failing, passing
+
+
+def gather(repo: Path, index, repro: Reproduction, drill: DrillDown, culprit: Culprit | None,
+           prober: Prober | None = None) -> list[Hypothesis]:
+    """All candidates with their evidence and a deterministic score (unranked)."""
+    cands: dict[tuple[str, str], Candidate] = {}
+    index = index or open_index(repo, include_tests=False)
+    failing, passing = coverage_sets(repro, prober, repo) if prober else (None, set())
+    for sym, commit in culprit_functions(repo, index, culprit):
+        _get(cands, sym).add("culprit", f"changed by culprit commit {commit[:10]}", None)
+        _get(cands, sym).commit = commit
+    _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
+    if culprit is None:
+        _add_recent_changes(cands, repo, index)
+    return [_to_hypothesis(c, drill, repro) for c in cands.values() if c.score > 0]
+
+
+def _get(cands: dict, sym: Symbol) -> Candidate:
+    return cands.setdefault((sym.file, sym.qualname), Candidate(sym))
+
+
+def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[Symbol, str]]:
+    if culprit is None:
+        return []
+    out = []
+    shas = culprit.ambiguous or [culprit.sha]
+    for sha in shas:
+        diff = culprit.diff if sha == culprit.sha and culprit.diff else _diff(repo, sha)
+        for change in index.symbols_for_hunks(diff):
+            if change.symbol is not None and change.symbol.kind != "class" and _is_source(change.file):
+                out.append((change.symbol, sha))
+    return out
+
+
+def _diff(repo: Path, sha: str) -> str:
+    try:
+        return commit_diff(repo, sha)
+    except GitError:
+        return ""
+
+
+def _is_source(file: str) -> bool:
+    return not re.search(r"(^|/)(tests?|docs?)/|(^|/)test_[^/]*$|\.md$", file)
+
+
+def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, failing, passing, culprit):
+    comp_words = COMPONENT_WORDS.get(drill.component, [])
+    trig_words = trigger_words(repro.trigger, drill)
+    for sym in index_functions(index):
+        key = f"{sym.file}:{sym.qualname}"
+        ran = failing is not None and key in failing
+        relevant = (key, sym)
+        if drill.kernel and words_match(sym, [drill.kernel]) and sym.file.count("ops"):
+            _get(cands, sym).add("kernel", f"implements kernel {drill.kernel}, whose native twin fixes it")
+            if "native" in sym.qualname.lower():
+                _get(cands, sym).add("native_twin", "", None)
+        if failing is not None and passing and ran and key not in passing:
+            _get(cands, sym).add("spectrum", "runs only in the failing variant, not in the passing one")
+        if (sym.file, sym.qualname) in cands or (ran and (words_match(sym, comp_words) or
+                                                           words_match(sym, trig_words))):
+            _score_relevance(_get(cands, sym), sym, comp_words, trig_words, drill, failing, ran)
+        del relevant
+
+
+def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing, ran) -> None:
+    if words_match(sym, comp_words):
+        c.add("component", f"belongs to the divergent component ({drill.component} at {drill.tap})")
+    if trig_words and words_match(sym, trig_words):
+        c.add("trigger", "belongs to the feature that triggers the divergence")
+    if failing is not None:
+        c.add("ran" if ran else "not_run", "runs in the failing scenario" if ran else "")
+
+
+def index_functions(index) -> list[Symbol]:
+    return [s for s in getattr(index, "symbols", []) if s.kind in ("function", "method") and _is_source(s.file)]
+
+
+def _add_recent_changes(cands, repo: Path, index, depth: int = 12) -> None:
+    """Without a culprit: functions changed by recent non-root commits get a little weight."""
+    from tools.gitrepo import _git
+    try:
+        shas = _git(repo, "rev-list", "--no-merges", f"--max-count={depth}", "HEAD").split()
+        roots = set(_git(repo, "rev-list", "--max-parents=0", "HEAD").split())
+    except GitError:
+        return
+    for sha in shas:
+        if sha in roots:
+            continue
+        for change in index.symbols_for_hunks(_diff(repo, sha)):
+            key = (change.file, change.symbol.qualname) if change.symbol else None
+            if key in cands:
+                cands[key].add("recent", f"changed recently by {sha[:10]}")
+                cands[key].commit = cands[key].commit or sha
+
+
+def _to_hypothesis(c: Candidate, drill: DrillDown, repro: Reproduction) -> Hypothesis:
+    category = category_for(c, drill, repro)
+    why = "; ".join(c.evidence[:3])
+    return Hypothesis(file=c.symbol.file, function=c.symbol.qualname, commit=c.commit, category=category,
+                      confidence=0.0, explanation=f"{c.symbol.qualname} is suspected: {why}.",
+                      evidence=list(c.evidence), suggested_fix=fix_hint(c, drill),
+                      component=Path(c.symbol.file).stem, score=c.score)
+
+
+def category_for(c: Candidate, drill: DrillDown, repro: Reproduction) -> str:
+    text = f"{c.symbol.file} {c.symbol.qualname}".lower()
+    if drill.kernel and "kernel" in c.kinds:
+        return "kernel"
+    if repro.precision == "precision":
+        return "numerics"
+    for words, cat in ((["block", "prefix", "kv_cache", "slot", "evict"], "kv-cache"),
+                       (["schedul", "batch"], "batching"), (["sampl", "penalt"], "sampling"),
+                       (["rotary", "rope"], "positional-encoding"), (["load", "config"], "model-config"),
+                       (["token"], "tokenizer"), (["attention", "attn"], "attention")):
+        if any(w in text for w in words):
+            return cat
+    return CATEGORY_OF_COMPONENT.get(drill.component, "numerics")
+
+
+def fix_hint(c: Candidate, drill: DrillDown) -> str:
+    if "culprit" in c.kinds:
+        return f"review and revert the culprit commit's change to {c.symbol.qualname}"
+    if "kernel" in c.kinds:
+        return f"compare {c.symbol.qualname} with the native twin of {drill.kernel}; fall back to native until fixed"
+    return f"check {c.symbol.qualname} against the reference's {drill.component} at {drill.tap}"
+
+
+def rank(cands: list[Hypothesis], top: int = 5) -> list[Hypothesis]:
+    """Verified first, then by score; confidences from the scores."""
+    ordered = sorted(cands, key=lambda h: (not h.verified, -h.score, h.file, h.function))[:top]
+    total = sum(max(h.score, 0.1) for h in ordered) or 1.0
+    for h in ordered:
+        h.confidence = 0.95 if h.verified else round(min(0.9, max(h.score, 0.1) / total), 3)
+    return ordered
+
+
+def verify(repo: Path, cands: list[Hypothesis], repro: Reproduction, prober: Prober,
+           culprit: Culprit | None, top: int = 3) -> list[Hypothesis]:
+    """Counterfactual: revert each leading candidate's suspected change; does the divergence vanish?"""
+    ordered = rank(cands, top=len(cands))
+    for h in ordered[:top]:
+        if not h.commit:
+            continue
+        outcome = revert_and_probe(repo, h, repro, prober)
+        if outcome is True:
+            h.verified, h.score = True, h.score + WEIGHTS["verified"]
+            h.evidence.insert(0, f"verified: reverting {h.function}'s change in {h.commit[:10]} removes the divergence")
+        elif outcome is False:
+            h.score += WEIGHTS["refuted"]
+            h.evidence.append(f"reverting {h.function}'s change in {h.commit[:10]} leaves the divergence")
+    return rank(ordered)
+
+
+def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> bool | None:
+    """True: divergence gone after the revert; False: still there; None: could not test."""
+    try:
+        at_commit = open_index(repo, commit=h.commit, include_tests=False)
+        sym = next((s for s in at_commit.find(h.function) if s.file == h.file), None)
+        if sym is None:
+            return None
+        with temporary_worktree(repo, "HEAD") as tree:
+            if not revert_function_hunks(tree, h.commit, h.file, sym.start_line, sym.end_line, repo_path=repo):
+                return None
+            return not prober.probe(repro.scenario, tree).diverged
+    except (GitError, PatchConflict, EngineRunError, StopIteration):
+        return None
