@@ -20,12 +20,12 @@ from pathlib import Path
 from tools import taps as tapnames
 from tools.engines.runner import EngineRunError
 from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction
-from tools.gitrepo import GitError, PatchConflict, commit_diff, revert_function_hunks, temporary_worktree
+from tools.gitrepo import GitError, PatchConflict, commit_diff, temporary_worktree
 from tools.probe import Prober
 from tools.source import Symbol, open_index
 
 # Scores per kind of evidence (plain data; tuned on nothing but their order of strength).
-WEIGHTS = {"culprit": 6.0, "kernel": 3.0, "spectrum": 2.5, "component": 1.5, "trigger": 1.5,
+WEIGHTS = {"culprit": 6.0, "modified": 0.5, "kernel": 3.0, "spectrum": 2.5, "component": 1.5, "trigger": 1.5,
            "recent": 1.0, "ran": 1.0, "not_run": -4.0, "native_twin": -2.0, "verified": 20.0,
            "refuted": -3.0}
 
@@ -98,12 +98,14 @@ def gather(repo: Path, index, repro: Reproduction, drill: DrillDown, culprit: Cu
     cands: dict[tuple[str, str], Candidate] = {}
     index = index or open_index(repo, include_tests=False)
     failing, passing = coverage_sets(repro, prober, repo) if prober else (None, set())
-    for sym, commit in culprit_functions(repo, index, culprit):
+    for sym, commit, modified in culprit_functions(repo, index, culprit):
         _get(cands, sym).add("culprit", f"changed by culprit commit {commit[:10]}", None)
+        if modified:
+            _get(cands, sym).add("modified", "existed before the culprit commit and was edited by it")
         _get(cands, sym).commit = commit
     _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
     if culprit is None:
-        _add_recent_changes(cands, repo, index)
+        _add_recent_changes(cands, repo, index, failing)
     return [_to_hypothesis(c, drill, repro) for c in cands.values() if c.score > 0]
 
 
@@ -111,16 +113,22 @@ def _get(cands: dict, sym: Symbol) -> Candidate:
     return cands.setdefault((sym.file, sym.qualname), Candidate(sym))
 
 
-def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[Symbol, str]]:
+def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[Symbol, str, bool]]:
+    """(function, commit, existed before) for every function the culprit commit(s) changed."""
     if culprit is None:
         return []
     out = []
-    shas = culprit.ambiguous or [culprit.sha]
-    for sha in shas:
+    for sha in culprit.ambiguous or [culprit.sha]:
         diff = culprit.diff if sha == culprit.sha and culprit.diff else _diff(repo, sha)
+        try:
+            old = open_index(repo, commit=f"{sha}^", include_tests=False)
+        except GitError:
+            old = None
         for change in index.symbols_for_hunks(diff):
-            if change.symbol is not None and change.symbol.kind != "class" and _is_source(change.file):
-                out.append((change.symbol, sha))
+            sym = change.symbol
+            if sym is not None and sym.kind != "class" and _is_source(change.file):
+                existed = old is not None and any(s.file == sym.file for s in old.find(sym.qualname))
+                out.append((sym, sha, existed))
     return out
 
 
@@ -167,22 +175,32 @@ def index_functions(index) -> list[Symbol]:
     return [s for s in getattr(index, "symbols", []) if s.kind in ("function", "method") and _is_source(s.file)]
 
 
-def _add_recent_changes(cands, repo: Path, index, depth: int = 12) -> None:
-    """Without a culprit: functions changed by recent non-root commits get a little weight."""
+def _add_recent_changes(cands, repo: Path, index, failing, depth: int = 12) -> None:
+    """Without a culprit: functions changed by recent non-root commits, if they ran, are suspects."""
+    for sha in recent_commits(repo, depth):
+        for change in index.symbols_for_hunks(_diff(repo, sha)):
+            sym = change.symbol
+            if sym is None or sym.kind == "class" or not _is_source(change.file):
+                continue
+            key = (change.file, sym.qualname)
+            ran = failing is not None and f"{change.file}:{sym.qualname}" in failing
+            if key in cands or ran or failing is None:
+                c = _get(cands, sym)
+                c.add("recent", f"changed recently by {sha[:10]}")
+                if failing is not None:
+                    c.add("ran", "runs in the failing scenario")
+                c.commit = c.commit or sha
+
+
+def recent_commits(repo: Path, depth: int) -> list[str]:
+    """Newest first, without merges and without the root (an import of the whole tree says nothing)."""
     from tools.gitrepo import _git
     try:
         shas = _git(repo, "rev-list", "--no-merges", f"--max-count={depth}", "HEAD").split()
         roots = set(_git(repo, "rev-list", "--max-parents=0", "HEAD").split())
     except GitError:
-        return
-    for sha in shas:
-        if sha in roots:
-            continue
-        for change in index.symbols_for_hunks(_diff(repo, sha)):
-            key = (change.file, change.symbol.qualname) if change.symbol else None
-            if key in cands:
-                cands[key].add("recent", f"changed recently by {sha[:10]}")
-                cands[key].commit = cands[key].commit or sha
+        return []
+    return [s for s in shas if s not in roots]
 
 
 def _to_hypothesis(c: Candidate, drill: DrillDown, repro: Reproduction) -> Hypothesis:
@@ -227,32 +245,50 @@ def rank(cands: list[Hypothesis], top: int = 5) -> list[Hypothesis]:
 
 
 def verify(repo: Path, cands: list[Hypothesis], repro: Reproduction, prober: Prober,
-           culprit: Culprit | None, top: int = 3) -> list[Hypothesis]:
-    """Counterfactual: revert each leading candidate's suspected change; does the divergence vanish?"""
+           culprit: Culprit | None, top: int = 4) -> list[Hypothesis]:
+    """Counterfactual: revert the suspected change of the leading testable candidates; does the
+    divergence vanish? Stops at the first verified one (later ones cannot outrank it)."""
     ordered = rank(cands, top=len(cands))
-    for h in ordered[:top]:
-        if not h.commit:
-            continue
+    for h in [h for h in ordered if h.commit][:top]:
         outcome = revert_and_probe(repo, h, repro, prober)
         if outcome is True:
             h.verified, h.score = True, h.score + WEIGHTS["verified"]
             h.evidence.insert(0, f"verified: reverting {h.function}'s change in {h.commit[:10]} removes the divergence")
-        elif outcome is False:
+            break
+        if outcome is False:
             h.score += WEIGHTS["refuted"]
             h.evidence.append(f"reverting {h.function}'s change in {h.commit[:10]} leaves the divergence")
     return rank(ordered)
 
 
 def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> bool | None:
-    """True: divergence gone after the revert; False: still there; None: could not test."""
+    """True: divergence gone once the function is restored to its version before h.commit;
+    False: still there; None: could not test (new function, no parent, engine crash)."""
     try:
-        at_commit = open_index(repo, commit=h.commit, include_tests=False)
-        sym = next((s for s in at_commit.find(h.function) if s.file == h.file), None)
-        if sym is None:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+        if before is None:
             return None
         with temporary_worktree(repo, "HEAD") as tree:
-            if not revert_function_hunks(tree, h.commit, h.file, sym.start_line, sym.end_line, repo_path=repo):
+            if not restore_function(tree, h.file, h.function, old.read(before)):
                 return None
             return not prober.probe(repro.scenario, tree).diverged
-    except (GitError, PatchConflict, EngineRunError, StopIteration):
+    except (GitError, PatchConflict, EngineRunError):
         return None
+
+
+def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:
+    """Splice `old_text` over the current definition of `qualname` in tree/file. Only that function
+    changes, unlike a hunk revert, which also undoes neighbours that share the hunk."""
+    from tools.source import parse_file
+    path = tree / file
+    if not path.exists() or not file.endswith(".py"):
+        return False
+    data = path.read_bytes()
+    current = next((s for s in parse_file(file, data, "python")[0] if s.qualname == qualname), None)
+    if current is None:
+        return False
+    lines = data.decode("utf-8").splitlines(keepends=True)
+    lines[current.start_line - 1:current.end_line] = [old_text if old_text.endswith("\n") else old_text + "\n"]
+    path.write_text("".join(lines))
+    return True
