@@ -1,0 +1,334 @@
+"""Diagnose one issue: reproduce, localize, drill down, bisect, read the source, hypothesize.
+
+    python -m agent.run --issue N [--cases-dir DIR]                      a bundled benchmark case
+    python -m agent.run --issue N --repo owner/name --target-source DIR [--repro repro.toml]
+    python -m agent.run --issue-file report.md [--repro repro.toml] --target-source DIR
+        [--llm none|openai] [--model NAME] [--config run.toml] [--out DIR] [--json]
+
+Writes DIR/report.json (DESIGN.md §5), DIR/report.md, DIR/divergence.png and DIR/args.json
+(default DIR: out/<issue>). Progress goes to stderr. Exit status: 0 diagnosed (reproduced),
+2 not reproduced, 1 error (malformed repro or issue, unknown issue number, failed stage).
+`--config` is a TOML file of RunConfig fields (budgets, timeouts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import tomllib
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from tools.scenario import Scenario, ScenarioError
+
+LLMS = ("none", "openai")
+
+
+class UsageError(ValueError):
+    """Bad input on the command line; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    llm: str = "none"
+    model: str | None = None
+    max_llm_calls: int = 40
+    max_llm_tokens: int = 400_000           # LLM tokens, in + out
+    max_engine_runs: int = 200
+    max_wall_s: float = 7200.0
+    llm_timeout_s: float = 120.0
+    llm_retries: int = 2                    # per request, on 429 / connection errors
+    trigger_runs: int = 24                  # engine runs the trigger search may spend
+    verify_top: int = 3                     # hypotheses checked by counterfactual
+    device: str = "cpu"
+    engine_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        if self.llm not in LLMS:
+            raise UsageError(f"--llm {self.llm!r} is not one of {', '.join(LLMS)}")
+        for name in ("max_llm_calls", "max_llm_tokens", "max_engine_runs", "trigger_runs", "verify_top"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise UsageError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        for name in ("max_wall_s", "llm_timeout_s", "engine_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
+            raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
+
+    @classmethod
+    def from_file(cls, path: Path | None, **overrides) -> "RunConfig":
+        data = {}
+        if path is not None:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise UsageError(f"config {path}: {e}") from None
+        known = {f.name for f in fields(cls)}
+        if set(data) - known:
+            raise UsageError(f"config {path}: unknown keys {sorted(set(data) - known)}; known: {sorted(known)}")
+        return cls(**{**data, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the diagnosing side may see: the issue, the repro, the target's source."""
+    issue: str                              # id used in the report and the default out dir
+    issue_text: str
+    repro: str | Scenario | None            # repro.toml text or Scenario; None: read from the issue
+    repo: Path | None                       # git repo of the target (None: no bisect, no source)
+    target_source: Path | None              # first on PYTHONPATH for target runs
+
+
+# --- one diagnosis ---------------------------------------------------------------------------------
+
+def make_session(inputs: Inputs, cfg: RunConfig, stages=None):
+    from agent.llm import OpenAIChat, SourceTools
+    from agent.nodes import Session, ToolStages, variant_list, variant_runner
+    from agent.policies import DeterministicPolicy, LLMPolicy
+    from tools.probe import Prober
+
+    prober = Prober(timeout=cfg.engine_timeout_s, device=cfg.device)
+    session = Session(cfg, DeterministicPolicy(), prober, inputs.repo, inputs.target_source,
+                      stages or ToolStages())
+    if cfg.llm == "openai":
+        session.llm = OpenAIChat(model=cfg.model or os.environ.get("DIFFDX_LLM_MODEL") or "gpt-4o-mini",
+                                 timeout_s=cfg.llm_timeout_s, retries=cfg.llm_retries,
+                                 max_calls=cfg.max_llm_calls, max_tokens=cfg.max_llm_tokens)
+
+        def tools():
+            sc = session.scenario
+            return SourceTools(inputs.repo, variant_runner(session, sc) if sc else None, variant_list(session, sc))
+
+        session.policy = LLMPolicy(session.llm, tools, inputs.issue_text)
+    return session
+
+
+def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progress=None, stages=None) -> dict:
+    """Run the graph on `inputs`; write the report files to `out_dir`; return report.json's dict."""
+    from agent.graph import build_graph
+    from tools.report import write_report
+
+    session = make_session(inputs, cfg, stages)
+    graph = build_graph(session)
+    state = {"issue": inputs.issue, "issue_text": inputs.issue_text, "repro": inputs.repro,
+             "path": [], "notes": []}
+    final = state
+    for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
+        if mode == "values":
+            final = chunk
+        elif progress is not None:
+            for node, update in chunk.items():
+                progress(node, update or {})
+    report = final["report"]
+    if out_dir is not None:
+        repro = final.get("reproduction")
+        write_report(report, out_dir, repro.probe if repro is not None else None)
+    return report
+
+
+# --- entry points for benchmark.run and agent.triage -----------------------------------------------
+
+def diagnose_case(case_input, out_dir: Path, llm: str) -> dict:
+    """benchmark.run's agent: a CaseInput (issue, scenario, built repo) -> report dict."""
+    cfg = RunConfig(llm=llm, model=os.environ.get("DIFFDX_LLM_MODEL"))
+    inputs = Inputs(str(case_input.issue_number), case_input.issue, case_input.scenario,
+                    Path(case_input.repo), Path(case_input.repo))
+    return diagnose(inputs, cfg, Path(out_dir))
+
+
+def diagnose_for_triage(issue: dict, scenario: Scenario | None) -> dict | None:
+    """agent.triage's Diagnoser: the installed engine (or $DIFFDX_TARGET_SOURCE) on the scenario
+    triage read from the issue; None when there is no scenario."""
+    if scenario is None:
+        return None
+    source = os.environ.get("DIFFDX_TARGET_SOURCE")
+    source = Path(source) if source else None
+    text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+    cfg = RunConfig(llm="openai" if os.environ.get("OPENAI_BASE_URL") and os.environ.get("DIFFDX_TRIAGE_LLM")
+                    else "none")
+    return diagnose(Inputs(str(issue.get("number", "issue")), text, scenario, source, source), cfg)
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m agent.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--issue", type=int, help="issue number: a bundled case's, or a GitHub issue with --repo")
+    ap.add_argument("--issue-file", type=Path, help="the bug report as a text/markdown file")
+    ap.add_argument("--repo", help="owner/name: read issue N from GitHub (token from $GITHUB_TOKEN)")
+    ap.add_argument("--repro", type=Path, help="repro.toml (authoritative scenario)")
+    ap.add_argument("--target-source", type=Path, help="source tree of the engine under test (a git repo to bisect)")
+    ap.add_argument("--cases-dir", type=Path, help="benchmark cases (default: the bundled ones)")
+    ap.add_argument("--llm", choices=LLMS, default="none")
+    ap.add_argument("--model", help="LLM model name (default $DIFFDX_LLM_MODEL or gpt-4o-mini)")
+    ap.add_argument("--config", type=Path, help="TOML file of RunConfig fields (budgets, timeouts)")
+    ap.add_argument("--out", type=Path, help="output dir (default out/<issue>)")
+    ap.add_argument("--json", action="store_true", help="print report.json to stdout")
+    args = ap.parse_args(argv)
+    if (args.issue is None) == (args.issue_file is None):
+        ap.error("give exactly one of --issue N or --issue-file FILE")
+    return args
+
+
+def read_text(path: Path, what: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    if not text.strip():
+        raise UsageError(f"{what} {path} is empty")
+    return text
+
+
+def read_repro(path: Path | None) -> Scenario | None:
+    """The repro file, checked now, so a malformed one is a clear error before any work."""
+    from tools.scenario import load
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except ScenarioError as e:
+        raise UsageError(f"malformed repro {path}: {e}") from None
+
+
+def source_dir(path: Path | None, needed_for: str) -> Path:
+    if path is None:
+        raise UsageError(f"{needed_for} needs --target-source DIR (the engine's source tree)")
+    if not path.is_dir():
+        raise UsageError(f"--target-source {path} is not a directory")
+    return path.resolve()
+
+
+def find_case(cases_dir: Path | None, number: int):
+    """The case with `issue_number` == number; a broken sibling case does not hide the others."""
+    from benchmark.cases import BUNDLED_CASES_DIR, CaseError, load_case
+    root = Path(cases_dir) if cases_dir else BUNDLED_CASES_DIR
+    if not root.is_dir():
+        raise UsageError(f"cases dir {root} does not exist")
+    known, broken = {}, []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        try:
+            case = load_case(folder)
+        except CaseError as e:
+            broken.append(str(e))
+            continue
+        if case.issue_number == number:
+            return case
+        known[case.issue_number] = case.id
+    listing = ", ".join(f"{n} ({i})" for n, i in sorted(known.items())) or "none"
+    hint = f"; unreadable cases: {'; '.join(broken)}" if broken else ""
+    raise UsageError(f"no benchmark case has issue number {number}; known: {listing}{hint}")
+
+
+def case_inputs(args, stack: ExitStack) -> Inputs:
+    """--issue N: the bundled case with that issue number, its repo built in a temp dir."""
+    from benchmark.build import build_case_repo
+    from benchmark.cases import case_input
+    case = find_case(args.cases_dir, args.issue)
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"diffdx-{args.issue}-")))
+    ci = case_input(case, build_case_repo(case, tmp / "repo"))
+    repro = read_repro(args.repro) or ci.scenario
+    return Inputs(str(ci.issue_number), ci.issue, repro, ci.repo, ci.repo)
+
+
+def github_inputs(args) -> Inputs:
+    from tools.github import GitHub, GitHubError
+    source = source_dir(args.target_source, "--repo")
+    try:
+        issue = GitHub.from_env().get_issue(args.repo, args.issue)
+    except GitHubError as e:
+        raise UsageError(f"cannot read {args.repo}#{args.issue}: {e}") from None
+    text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+    return Inputs(str(args.issue), text, read_repro(args.repro), source, source)
+
+
+def file_inputs(args) -> Inputs:
+    source = source_dir(args.target_source, "--issue-file")
+    return Inputs(args.issue_file.stem, read_text(args.issue_file, "issue file"), read_repro(args.repro),
+                  source, source)
+
+
+def gather_inputs(args, stack: ExitStack) -> Inputs:
+    if args.issue_file is not None:
+        return file_inputs(args)
+    if args.repo:
+        return github_inputs(args)
+    return case_inputs(args, stack)
+
+
+def progress_printer(console):
+    def show(node: str, update: dict) -> None:
+        detail = update.get("error") or update.get("stopped") or summary_of(node, update)
+        mark = "[red]✗[/red]" if update.get("error") else "[green]✓[/green]"
+        console.print(f"{mark} {node}" + (f": {detail}" if detail else ""), highlight=False, soft_wrap=True)
+    return show
+
+
+def summary_of(node: str, update: dict) -> str:
+    """One progress line per node. Pure."""
+    if node == "reproduce" and update.get("reproduction") is not None:
+        r = update["reproduction"]
+        return ("reproduced" + (f" with {r.trigger}" if r.trigger else " as given")) if r.reproduced else "not reproduced"
+    if node == "localize" and update.get("first_divergence"):
+        return f"first divergence at {update['first_divergence']['tap']}"
+    if node == "drill_down" and update.get("drill") is not None:
+        return f"{update['drill'].component}" + (f", kernel {update['drill'].kernel}" if update["drill"].kernel else "")
+    if node == "bisect":
+        c = update.get("culprit")
+        return f"first bad commit {c.sha[:10]} {c.subject}" if c else "no culprit"
+    if node in ("hypothesize", "verify"):
+        hyps = update.get("hypotheses") or []
+        return f"{len(hyps)} candidates" + (f", top {hyps[0].function}" if hyps else "")
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:                 # argparse says 2 for usage errors; 2 means "not reproduced" here
+        return 1 if e.code == 2 else int(e.code or 0)
+    console = Console(stderr=True)
+    try:
+        cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
+        if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+            raise UsageError("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
+        with ExitStack() as stack:
+            inputs = gather_inputs(args, stack)
+            out = args.out or Path("out") / inputs.issue
+            write_args(out, args, cfg)
+            with console.status(f"diagnosing issue {inputs.issue}…"):
+                report = diagnose(inputs, cfg, out, progress_printer(console))
+    except UsageError as e:
+        console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        return 1
+    return finish(report, out, args.json, console)
+
+
+def write_args(out: Path, args, cfg: RunConfig) -> None:
+    """The run's record (STYLE §12): flags and config next to the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    flags = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    (out / "args.json").write_text(json.dumps({"args": flags, "config": asdict(cfg)}, indent=2) + "\n")
+
+
+def finish(report: dict, out: Path, as_json: bool, console) -> int:
+    if as_json:
+        print(json.dumps(report, indent=2))
+    if report.get("error"):
+        console.print(f"[red]error:[/red] {report['error']} (partial report in {out})", highlight=False, soft_wrap=True)
+        return 1
+    if not report.get("reproduced"):
+        console.print(f"not reproduced; report in {out}", highlight=False, soft_wrap=True)
+        return 2
+    top = (report.get("hypotheses") or [{}])[0]
+    console.print(f"diagnosed: {top.get('function', 'no hypothesis')} in {top.get('file', '-')}; report in {out}",
+                  highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The diagnosis report (DESIGN.md §5): report.json, report.md and divergence.png.
+
+`build_report` turns the stage outputs into the §5 dict (exactly its keys, plus the allowed
+extras: trigger, precision, trials, bisection, drill_down, llm_fallbacks, …); `write_report`
+writes the three files. `check_report` lists every way a dict breaks the contract (pure).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction
+
+PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+MAX_HYPOTHESES = 5
+REPORT_KEYS = ("issue", "reproduced", "first_divergence", "kernel", "commit", "hypotheses", "cost")
+HYPOTHESIS_KEYS = ("rank", "file", "function", "commit", "category", "confidence", "verified",
+                   "explanation", "evidence", "suggested_fix")
+COST_KEYS = ("engine_runs", "llm_calls", "tokens_in", "tokens_out", "wall_s")
+DIVERGENCE_KEYS = ("tap", "step", "requests", "positions", "ratio")
+
+
+def hypothesis_dict(h: Hypothesis, rank: int) -> dict:
+    """§5 keys, plus `component` (the scorer's component-level match)."""
+    d = {key: getattr(h, key) for key in HYPOTHESIS_KEYS if key != "rank"}
+    d["confidence"] = round(float(d["confidence"]), 3)
+    return {"rank": rank, **d, "evidence": [str(e) for e in h.evidence], "component": h.component}
+
+
+def first_divergence(repro: Reproduction | None) -> dict | None:
+    probe = repro.probe if repro is not None else None
+    if probe is None or probe.first is None:
+        return None
+    return probe.first.to_dict()
+
+
+def build_report(issue: str, repro: Reproduction | None, drill: DrillDown | None, culprit: Culprit | None,
+                 hypotheses: list[Hypothesis], cost: dict, extras: dict | None = None) -> dict:
+    """Stage outputs -> the §5 report dict (extras appended after the contract's keys)."""
+    report = {
+        "issue": str(issue),
+        "reproduced": bool(repro and repro.reproduced),
+        "first_divergence": first_divergence(repro),
+        "kernel": drill.kernel if drill else None,
+        "commit": {"sha": culprit.sha, "subject": culprit.subject} if culprit else None,
+        "hypotheses": [hypothesis_dict(h, i) for i, h in enumerate(hypotheses[:MAX_HYPOTHESES], 1)],
+        "cost": {key: cost.get(key, 0) for key in COST_KEYS},
+    }
+    if repro is not None:
+        report.update(trigger=repro.trigger, precision=repro.precision,
+                      trials=[{"description": t.description, "diverged": t.diverged, "summary": t.summary,
+                               "engine_runs": t.engine_runs} for t in repro.trials])
+        report["tokens"] = {str(k): v for k, v in (repro.probe.tokens if repro.probe else {}).items()}
+    if drill is not None:
+        report["drill_down"] = {"tap": drill.tap, "layer": drill.layer, "component": drill.component,
+                                "pattern": drill.pattern, "evidence": drill.evidence}
+    if culprit is not None:
+        report["bisection"] = {"sha": culprit.sha, "subject": culprit.subject, "message": culprit.message,
+                               "tested": [list(t) for t in culprit.tested], "ambiguous": culprit.ambiguous}
+    report.update({k: v for k, v in (extras or {}).items() if k not in report})
+    return json.loads(json.dumps(report, default=str))      # plain JSON types only
+
+
+def check_report(report: dict) -> list[str]:
+    """Every way `report` breaks the §5 contract; [] when it keeps it. Pure."""
+    problems = [f"missing key {k!r}" for k in REPORT_KEYS if k not in report]
+    if problems:
+        return problems
+    if not isinstance(report["issue"], str) or not isinstance(report["reproduced"], bool):
+        problems.append("issue must be a string and reproduced a bool")
+    fd = report["first_divergence"]
+    if fd is not None and (not isinstance(fd, dict) or set(DIVERGENCE_KEYS) - set(fd)):
+        problems.append(f"first_divergence needs keys {DIVERGENCE_KEYS}")
+    if report["commit"] is not None and set(report["commit"]) != {"sha", "subject"}:
+        problems.append("commit must be {sha, subject} or null")
+    hyps = report["hypotheses"]
+    if not isinstance(hyps, list) or len(hyps) > MAX_HYPOTHESES:
+        return problems + [f"hypotheses must be a list of at most {MAX_HYPOTHESES}"]
+    for i, h in enumerate(hyps, 1):
+        missing = [k for k in HYPOTHESIS_KEYS if k not in h]
+        if missing or h["rank"] != i or not isinstance(h["evidence"], list) or not 0 <= h["confidence"] <= 1:
+            problems.append(f"hypothesis {i}: missing {missing}, or rank/evidence/confidence out of shape")
+    if set(COST_KEYS) - set(report["cost"]):
+        problems.append(f"cost needs keys {COST_KEYS}")
+    return problems
+
+
+def render_markdown(report: dict) -> str:
+    env = Environment(loader=FileSystemLoader(PROMPTS), undefined=StrictUndefined, keep_trailing_newline=True,
+                      trim_blocks=True, lstrip_blocks=True)
+    view = {"trigger": None, "precision": None, "trials": [], "bisection": None, "drill_down": None,
+            "llm_fallbacks": [], "error": None, "stopped": None, **report}
+    return env.get_template("report.md.j2").render(r=view)
+
+
+def divergence_series(stats, requests: list[int] | None = None) -> dict[int, list[tuple[str, float]]]:
+    """TapStats -> {request: [(tap, max ratio), …] in execution order} for the diverging
+    requests (all requests with a row over the threshold when `requests` is None). Pure."""
+    from tools import compare
+    from tools import taps as tapnames
+    if requests is None:
+        requests = sorted({s.request for s in stats if s.divergent(compare.THRESHOLD)})
+    out: dict[int, list[tuple[str, float]]] = {}
+    for s in sorted(stats, key=lambda s: (min(s.steps, default=0), tapnames.order_key(s.tap))):
+        if s.request in requests and s.positions:
+            out.setdefault(s.request, []).append((s.tap, s.max_ratio))
+    return out
+
+
+def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_tap: str | None = None) -> bool:
+    """Error ratio along execution order for the diverging requests, with the threshold line.
+    False (nothing written) when there is nothing to plot."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tools import compare
+
+    series = divergence_series(stats, requests)
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for request, points in series.items():
+        ax.plot(range(len(points)), [max(r, 1e-3) for _, r in points], marker=".", label=f"request {request}")
+    taps = [t for t, _ in next(iter(series.values()))]
+    ax.axhline(compare.THRESHOLD, color="red", linestyle="--", label=f"threshold {compare.THRESHOLD:g}")
+    if first_tap in taps:
+        ax.axvline(taps.index(first_tap), color="gray", linestyle=":", label=f"first divergence {first_tap}")
+    step = max(1, len(taps) // 24)
+    ax.set_xticks(range(0, len(taps), step), taps[::step], rotation=70, fontsize=6)
+    ax.set_yscale("log")
+    ax.set_ylabel("error ratio (target / reference noise)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict, out_dir: str | Path, probe=None) -> dict[str, Path]:
+    """DIR/report.json, DIR/report.md and (with a diverging probe) DIR/divergence.png."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
+    paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+    paths["md"].write_text(render_markdown(report))
+    if probe is not None and getattr(probe, "stats", None):
+        first = probe.first.tap if probe.first is not None else None
+        requests = probe.first.requests if probe.first is not None else None
+        if plot_divergence(probe.stats, out_dir / "divergence.png", requests, first):
+            paths["png"] = out_dir / "divergence.png"
+    return paths
