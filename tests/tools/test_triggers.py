@@ -1,0 +1,60 @@
+"""Trigger search on a real bug that hides in a single-request scenario."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmark.build import build_case_repo
+from benchmark.cases import BUNDLED_CASES_DIR, load_case
+from tools.probe import Prober
+from tools.scenario import from_dict
+from tools.triggers import reproduce, variant_names, variants
+
+BASE = {"model": {"arch": "llama", "seed": 0}, "target": {"engine": "tinyserve", "dtype": "float32"},
+        "workload": {"requests": [{"prompt_ids": [5, 6, 7, 8], "max_tokens": 4}]}}
+
+
+def test_every_variant_is_a_valid_scenario():
+    sc = from_dict(BASE)
+    names = [n for n, _ in variant_names(sc)]
+    assert {"batch", "prefix_caching", "chunked_prefill", "penalties"} <= set(names)
+    for v in variants(sc):
+        out = v.apply(sc, 512)
+        assert from_dict(out.to_dict()) == out, v.name
+        assert all(t < 512 for r in out.requests for t in (r.prompt_ids or ())), v.name
+
+
+def test_transformers_target_gets_no_engine_option_variants():
+    sc = from_dict({**BASE, "target": {"engine": "transformers", "dtype": "float32"}})
+    assert "prefix_caching" not in [n for n, _ in variant_names(sc)]
+
+
+@pytest.fixture(scope="module")
+def penalty_bug(tmp_path_factory):
+    """A bundled case whose sampler bug needs a repetition penalty in a mixed batch."""
+    folder = BUNDLED_CASES_DIR / "ts-rep-penalty-batch-union"
+    if not folder.exists():
+        pytest.skip("case not bundled")
+    case = load_case(folder)
+    repo = build_case_repo(case, tmp_path_factory.mktemp("penalty") / "repo")
+    return case, repo
+
+
+def test_search_finds_the_hidden_trigger(penalty_bug):
+    case, repo = penalty_bug
+    alone = case.scenario.with_requests([replace(case.scenario.requests[1])])   # greedy, no penalty
+    prober = Prober()
+    repro = reproduce(alone, prober, repo, order=["penalties"])
+    assert repro.reproduced and "penalties" in repro.trigger
+    assert not repro.trials[0].diverged                           # as given: the engines agree
+    assert repro.baseline == alone and repro.precision == "logic"
+    assert repro.probe.first.tap.startswith("sampler.")
+
+
+def test_budget_ends_the_search(penalty_bug):
+    case, repo = penalty_bug
+    alone = case.scenario.with_requests([replace(case.scenario.requests[1])])
+    repro = reproduce(alone, Prober(), repo, budget_runs=3, order=["long_generation"])
+    assert not repro.reproduced and len(repro.trials) <= 2
