@@ -81,11 +81,24 @@ def robust_ratio(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
     return err_t / err_r.clamp_min(floor), err_t, err_r, bool(bad_t.any())
 
 
+# Taps where engines may legitimately mask different entries with -inf (transformers reports its
+# logits after top-k/top-p, vLLM-style engines before): compared on the entries finite in both;
+# truncation itself is judged on `sampler.probs`.
+MASK_TOLERANT = ("sampler.logits",)
+
+
+def common_finite(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor):
+    """Blank (to 0) every entry that is not finite in all three, so only the shared part compares."""
+    keep = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(y)
+    return tuple(torch.where(keep, x.double(), torch.zeros((), dtype=torch.float64)) for x in (t, r, y))
+
+
 def tap_stats(aligned: list[Aligned], dtype: str) -> list[TapStat]:
     floor = NOISE_FLOOR[dtype]
     stats = []
     for a in aligned:
-        ratio, err_t, err_r, nonfinite = robust_ratio(a.t, a.r, a.y, floor)
+        t, r, y = common_finite(a.t, a.r, a.y) if a.tap in MASK_TOLERANT else (a.t, a.r, a.y)
+        ratio, err_t, err_r, nonfinite = robust_ratio(t, r, y, floor)
         stats.append(TapStat(a.tap, a.request, a.positions, a.steps, ratio, err_t, err_r, nonfinite))
     return stats
 

@@ -118,9 +118,11 @@ def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> d
     logits = index(high)
     out = {}
     for r, req in enumerate(scenario.requests):
-        if not req.greedy or ("logits", r) not in logits:
+        # greedy picks the argmax after penalties: use the reference's sampler logits when it has them
+        tap = "sampler.logits" if ("sampler.logits", r) in logits else "logits"
+        if not req.greedy or (tap, r) not in logits:
             continue
-        rows = logits[("logits", r)]
+        rows = logits[(tap, r)]
         seq = target.sequences()[r]
         pos = compare.token_divergence(seq, len(target.outputs[r].prompt_ids), rows.tensor, rows.positions,
                                        compare.TOKEN_MARGIN[scenario.target.dtype])

@@ -12,21 +12,26 @@ from __future__ import annotations
 import torch
 
 
-def processed_logits(logits: torch.Tensor, seq: list[int], n_prompt: int, sampling: dict) -> torch.Tensor:
-    """[P, V] logits at the sampled positions n_prompt-1 … -> [P, V] after the sampler's transforms."""
-    rows = []
+def processed_logits(logits: torch.Tensor, seq: list[int], n_prompt: int, sampling: dict):
+    """[P, V] logits at the sampled positions n_prompt-1 … -> ([P, V] after penalties and temperature
+    (the `sampler.logits` tap), [P, V] after top-k / top-p / min-p as well (what `sampler.probs` uses))."""
+    adjusted, truncated = [], []
     for i in range(logits.shape[0]):
         p = n_prompt - 1 + i
-        rows.append(process_row(logits[i], seq[:p + 1], seq[n_prompt:p + 1], sampling))
-    return torch.stack(rows)
+        x = adjust_row(logits[i], seq[:p + 1], seq[n_prompt:p + 1], sampling)
+        adjusted.append(x)
+        truncated.append(truncate_row(x, sampling))
+    return torch.stack(adjusted), torch.stack(truncated)
 
 
-def process_row(x: torch.Tensor, history: list[int], output: list[int], s: dict) -> torch.Tensor:  # [V] -> [V]
+def adjust_row(x: torch.Tensor, history: list[int], output: list[int], s: dict) -> torch.Tensor:  # [V] -> [V]
     x = repetition_penalty(x, history, float(s.get("repetition_penalty", 1.0)))
     x = presence_frequency(x, output, float(s.get("presence_penalty", 0.0)), float(s.get("frequency_penalty", 0.0)))
     t = float(s.get("temperature", 0.0))
-    if t > 0:
-        x = x / t
+    return x / t if t > 0 else x
+
+
+def truncate_row(x: torch.Tensor, s: dict) -> torch.Tensor:  # [V] -> [V], dropped entries -inf
     x = top_k_mask(x, int(s.get("top_k", 0) or 0))
     x = top_p_mask(x, float(s.get("top_p", 1.0)))
     return min_p_mask(x, float(s.get("min_p", 0.0) or 0.0))

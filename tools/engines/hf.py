@@ -219,8 +219,8 @@ def _record_head(rec: TapRecorder, r: int, logits: torch.Tensor, seq: list[int],
     sampled = list(range(n_prompt - 1, len(seq) - 1))
     if not sampled or not rec.wants("sampler.*"):
         return
-    processed = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
-    probs = torch.softmax(processed, dim=-1)
+    processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
+    probs = torch.softmax(truncated, dim=-1)
     chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)
     for name, x in (("sampler.logits", processed), ("sampler.probs", probs), ("sampler.token", chosen)):
         if rec.wants(name):
