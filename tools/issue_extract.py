@@ -168,8 +168,29 @@ def find_sampling(text: str) -> dict:
     return s
 
 
+_TOML_BLOCK = re.compile(r"```toml[^\n]*\n(.*?)```", re.S)
+
+
+def attached_scenario(body: str) -> dict | None:
+    """A ```toml block holding a complete diffdx scenario (DESIGN §1), as data. Issue text is
+    untrusted: a local checkpoint path from it is never used, only seeded architectures."""
+    from tools.scenario import loads
+    for block in _TOML_BLOCK.findall(body or ""):
+        try:
+            scenario = loads(block)
+        except ScenarioError:
+            continue
+        if "path" in scenario.model:
+            continue
+        return scenario.to_dict()
+    return None
+
+
 def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
     """Issue text -> (partial scenario dict, names of what the text did not give)."""
+    attached = attached_scenario(body)
+    if attached is not None:
+        return attached, []
     text = f"{title or ''}\n{body or ''}"
     engine, model_name = find_engine(text), find_model(text)
     arch, dtype, good_ref = find_arch(model_name, text), find_dtype(text), find_good_ref(text)

@@ -28,7 +28,7 @@ def generate_kwargs(req: Request, options: dict, model) -> dict:
     cfg = GenerationConfig(
         max_new_tokens=req.max_tokens, do_sample=temperature > 0,
         temperature=temperature if temperature > 0 else 1.0,
-        top_k=int(s.get("top_k", 0)) or None, top_p=float(s.get("top_p", 1.0)),
+        top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),   # 0, not None: None means 50
         min_p=s.get("min_p"), repetition_penalty=float(s.get("repetition_penalty", 1.0)),
         pad_token_id=model.config.pad_token_id or 0,
         # ignore_eos: generation simply does not stop at EOS (as in vLLM); EOS stays sampleable
