@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tools import compare
 from tools.align import align
-from tools.checkpoints import ensure_checkpoint
+from tools.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
 from tools.scenario import EngineSpec, Scenario, ScenarioError, load
@@ -80,10 +80,11 @@ class Prober:
     def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
                       source: Path | None, taps=None) -> Trace:
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
-        key = json.dumps([spec.engine, dtype, spec.options, teacher, taps, str(source), scenario.model,
+        checkpoint = str(reference_checkpoint(scenario))
+        key = json.dumps([spec.engine, dtype, spec.options, teacher, taps, str(source), checkpoint,
                           [r.sampling for r in scenario.requests]], sort_keys=True, default=str)
         if key not in self._reference_cache:
-            job = RunJob(scenario, spec, str(ensure_checkpoint(scenario.model)), teacher=teacher,
+            job = RunJob(scenario, spec, checkpoint, teacher=teacher,
                          taps=taps, device=self.device)
             self.engine_runs += 1
             self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
