@@ -166,6 +166,22 @@ class TapRecorder:
     def ordered(self) -> list[TapRecord]:
         return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
+    def discard_rejected(self, rejected) -> None:
+        """Speculative decoding: drop rows a verification forward computed from drafts that were
+        then rejected. rejected: (step, request id, first position whose input was rejected)."""
+        cut = {(step, int(request)): pos for step, request, pos in rejected}
+        kept = []
+        for rec in self.records:
+            first_bad = cut.get((rec.step, rec.request))
+            if first_bad is not None:
+                keep = [i for i, p in enumerate(rec.positions) if p < first_bad]
+                if not keep:
+                    continue
+                rec = TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep],
+                                rec.tensor[keep], rec.rank)
+            kept.append(rec)
+        self.records = kept
+
 
 def engine_options(spec: EngineSpec, native_kernels) -> dict:
     options = {OPTION_ALIASES.get(k, k): v for k, v in spec.options.items()}
@@ -229,6 +245,7 @@ class TinyServeEngine:
         recorder = TapRecorder(engine.model_runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype)
         with recorder.attached():
             outputs = drive(engine, plan_requests(ts, engine, job))
+        recorder.discard_rejected(getattr(engine, "rejected_rows", ()))
         results = [outputs[str(i)] for i in range(len(job.scenario.requests))]
         return Trace(engine=self.name, dtype=job.spec.dtype, records=recorder.ordered(),
                      outputs=[RequestOutput(prompt_ids=list(o.prompt_token_ids), output_ids=list(o.token_ids),

@@ -28,6 +28,14 @@ class RequestOutput:
 
 
 class LLMEngine:
+    def __new__(cls, config: Config):
+        # speculative decoding runs a different step loop; choosing it here keeps `LLMEngine(config)`
+        # the one way to build an engine
+        if cls is LLMEngine and config.speculative:
+            from tinyserve.spec_decode.engine import SpecDecodeEngine
+            return super().__new__(SpecDecodeEngine)
+        return super().__new__(cls)
+
     def __init__(self, config: Config):
         self.config = config
         self.tokenizer = Tokenizer.maybe_load(config.model)
