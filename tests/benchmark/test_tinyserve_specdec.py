@@ -140,3 +140,12 @@ def test_sampled_tokens_keep_their_distribution_under_speculation():
     # Wilson-Hilferty approximation of the chi-square 0.1% critical value for this dof
     crit = dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3
     assert stat < crit, (stat, crit, dof)
+
+
+def test_draft_shadow_never_schedules_an_empty_forward():
+    """Regression: when the target's tokens were all already computed by the draft (a step that
+    proposed nothing), the shadow was scheduled with 0 new tokens and the draft forward crashed.
+    Staggered arrivals under a 24-token chunk budget reach that state."""
+    row = check_tinyserve.check_case("llama", "float32", "staggered4",
+                                     check_tinyserve.engine_options(True, True, 4, **check_tinyserve.PART2["spec-draft"]))
+    assert row["ok"] and row["text_ok"], row

@@ -64,7 +64,8 @@ class DraftProposer:
                 break
             common += 1
         shadow.token_ids = list(seq.token_ids)
-        shadow.num_computed_tokens = min(shadow.num_computed_tokens, common)
+        # the last token is always run again: its logits give the first draft
+        shadow.num_computed_tokens = min(shadow.num_computed_tokens, common, seq.num_tokens - 1)
         return shadow
 
     def _release_finished(self) -> None:
