@@ -62,7 +62,7 @@ def test_engine_quantizes_decoder_linears_only_and_native_twin_gives_same_tokens
         engine = LLMEngine.from_options(ckpt, quantization="int4", native_kernels=native)
         layer = engine.model_runner.model.model.layers[0]
         assert layer.self_attn.qkv_proj.quant.qweight.dtype == torch.uint8
-        assert not hasattr(layer.mlp.down_proj, "weight") or layer.mlp.down_proj.quant is None
+        assert not hasattr(layer.mlp.down_proj, "weight") and layer.mlp.down_proj.quant is not None
         assert engine.model_runner.model.model.embed_tokens.weight.dtype == torch.float32
         engine.add_request("0", list(range(20, 50)), params)
         while engine.has_unfinished_requests():

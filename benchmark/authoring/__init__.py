@@ -1,0 +1,1 @@
+"""Re-runnable scripts that write benchmark cases (one per author batch)."""
