@@ -82,6 +82,18 @@ def ensure_checkpoint(model: dict) -> Path:
     return out
 
 
+def reference_checkpoint(scenario) -> Path:
+    """The checkpoint the reference loads: the target's own, or, when the target quantizes its
+    weights (options.quantization), a copy holding the same dequantized weights (tools.quant)."""
+    path = ensure_checkpoint(scenario.model)
+    options = scenario.target.options
+    if not options.get("quantization"):
+        return path
+    from tools.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
+
+    return ensure_dequantized(path, options["quantization"], int(options.get("quant_group_size", DEFAULT_GROUP_SIZE)))
+
+
 def write_checkpoint(model: dict, out: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM

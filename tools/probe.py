@@ -15,13 +15,15 @@ from pathlib import Path
 
 from tools import compare
 from tools.align import align
-from tools.checkpoints import ensure_checkpoint
+from tools.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
 from tools.scenario import EngineSpec, Scenario, ScenarioError, load
 from tools.trace import Trace
 
 HIGH_DTYPE = "float64"
+TEXT_TAP = "detokenizer"         # pseudo-tap: the target's text is not the decoding of its own tokens
+TEXT_MISMATCH_RATIO = 1e6        # a text mismatch has no error ratio; report one far above any threshold
 
 
 @dataclass
@@ -34,10 +36,11 @@ class ProbeResult:
     engine_runs: int
     target: Trace | None = None
     stats: list[compare.TapStat] = field(default_factory=list, repr=False)
+    texts: list[int] = field(default_factory=list)   # requests whose text differs (see text_divergence)
 
     @property
     def diverged(self) -> bool:
-        return self.first is not None or bool(self.tokens)
+        return self.first is not None or bool(self.tokens) or bool(self.texts)
 
     @property
     def summary(self) -> str:
@@ -57,6 +60,7 @@ class ProbeResult:
                 "token_divergence": {str(k): v for k, v in self.tokens.items()},
                 "layers": [[k, round(v, 3)] for k, v in self.layers],
                 "divergent_taps": self.divergent_taps, "engine_runs": self.engine_runs,
+                "text_divergence": self.texts,
                 "summary": self.summary}
 
 
@@ -80,10 +84,11 @@ class Prober:
     def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
                       source: Path | None, taps=None) -> Trace:
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
-        key = json.dumps([spec.engine, dtype, spec.options, teacher, taps, str(source), scenario.model,
+        checkpoint = str(reference_checkpoint(scenario))
+        key = json.dumps([spec.engine, dtype, spec.options, teacher, taps, str(source), checkpoint,
                           [r.sampling for r in scenario.requests]], sort_keys=True, default=str)
         if key not in self._reference_cache:
-            job = RunJob(scenario, spec, str(ensure_checkpoint(scenario.model)), teacher=teacher,
+            job = RunJob(scenario, spec, checkpoint, teacher=teacher,
                          taps=taps, device=self.device)
             self.engine_runs += 1
             self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
@@ -107,9 +112,36 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     dtype = scenario.target.dtype
     stats = compare.tap_stats(align(target, low, high), dtype)
     first = compare.first_divergence(stats)
+    texts = text_divergence(scenario, target, high)
+    taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
+    if first is None and texts:
+        first = text_divergence_record(target, texts)
     return ProbeResult(dtype=dtype, first=first, tokens=greedy_token_divergence(scenario, target, high),
-                       layers=compare.layer_table(stats), divergent_taps=compare.divergent_taps(stats),
-                       engine_runs=0, target=target, stats=stats)
+                       layers=compare.layer_table(stats), divergent_taps=taps,
+                       engine_runs=0, target=target, stats=stats, texts=texts)
+
+
+def text_divergence(scenario: Scenario, target: Trace, reference: Trace) -> list[int]:
+    """Requests whose reported text differs from the reference's decoding of the same tokens
+    (teacher forcing: same ids, so any difference is the target's detokenization). Requests with
+    stop strings are skipped (their text is cut), and so are outputs without text."""
+    out = []
+    for r, req in enumerate(scenario.requests):
+        t, ref = target.outputs[r].text, reference.outputs[r].text
+        if req.sampling.get("stop") or t is None or ref is None:
+            continue
+        if t != ref:
+            out.append(r)
+    return out
+
+
+def text_divergence_record(target: Trace, requests: list[int]) -> compare.Divergence:
+    """The text mismatch as a divergence at the `detokenizer` pseudo-tap, over the generated positions."""
+    o = target.outputs[requests[0]]
+    positions = list(range(len(o.prompt_ids), len(o.prompt_ids) + len(o.output_ids)))
+    return compare.Divergence(tap=TEXT_TAP, step=0, requests=requests, positions=positions, steps=[],
+                              ratio=TEXT_MISMATCH_RATIO,
+                              evidence=[f"request {r}: text differs from decoding its own tokens" for r in requests])
 
 
 def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> dict[int, int]:

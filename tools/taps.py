@@ -51,6 +51,7 @@ TAP_COMPONENT = {
     "resid_mid": "residual", "out": "residual", "mlp.act": "activation",
     "logits": "lm_head", "sampler.logits": "sampler", "sampler.probs": "sampler",
     "sampler.token": "sampler",
+    "detokenizer": "tokenizer",     # pseudo-tap: text vs. the decoding of the same tokens (tools.probe)
 }
 
 

@@ -16,6 +16,13 @@ tinyserve's own sequences:
   own error (plus a small floor): tinyserve must be no noisier than the reference
   at the same dtype.
 
+Part-2 features get rows of their own (`feature` column), each against its reference:
+int8 / int4 weight-only quantization against transformers loading the same dequantized
+weights (tools.quant); speculative decoding (n-gram, a 1-layer draft model, the model as
+its own draft) and tensor_parallel_size=2 against plain transformers. Every row also
+checks the engine's incrementally detokenized text against the tokenizer's decoding of
+the same tokens (multi-byte characters included).
+
 Prompts are 38-70 tokens (crossing 4/16-token blocks, 24-token prefill chunks
 and the 32-token sliding window); two of them share a 36-token prefix so prefix
 caching gets real hits; the staggered workload adds requests at later steps.
@@ -67,6 +74,25 @@ def engine_options(prefix_caching: bool, chunked: bool, block_size: int, **extra
     return {**opts, **extra}
 
 
+def reference_ckpt(ckpt: str, options: dict) -> str:
+    """Quantized targets are compared with transformers running the same dequantized weights."""
+    if not options.get("quantization"):
+        return ckpt
+    from tools.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
+    return str(ensure_dequantized(ckpt, options["quantization"], options.get("quant_group_size", DEFAULT_GROUP_SIZE)))
+
+
+def text_ok(ckpt: str, outputs) -> bool:
+    """The engine's streamed text equals the tokenizer's decoding of the same tokens."""
+    from transformers import AutoTokenizer
+    if ckpt not in _TOKENIZERS:
+        _TOKENIZERS[ckpt] = AutoTokenizer.from_pretrained(ckpt)
+    return all(o.text == _TOKENIZERS[ckpt].decode(o.token_ids, skip_special_tokens=True) for o in outputs)
+
+
+_TOKENIZERS: dict = {}
+
+
 def run_tinyserve(ckpt: str, prompts, arrival_steps, dtype: str, options: dict):
     """-> (engine, outputs in prompt order); requests join at their arrival step."""
     from tinyserve import LLMEngine, SamplingParams
@@ -81,6 +107,8 @@ def run_tinyserve(ckpt: str, prompts, arrival_steps, dtype: str, options: dict):
             engine.add_request(str(i), prompts[i], params)
         for out in engine.step():
             outputs[out.request_id] = out
+    if hasattr(engine.model_runner, "shutdown"):     # tensor parallel: stop the other ranks
+        engine.model_runner.shutdown()
     return engine, [outputs[str(i)] for i in range(len(prompts))]
 
 
@@ -123,15 +151,20 @@ def compare(ckpt: str, dtype: str, prompts, outputs) -> dict:
     return dict(top1=top1, logprob_err=err, ref_err=ref_err, ok=ok)
 
 
-def check_case(arch: str, dtype: str, workload: str, options: dict, ckpt: str | None = None) -> dict:
+def check_case(arch: str, dtype: str, workload: str, options: dict, ckpt: str | None = None,
+               feature: str = "base") -> dict:
     from tools.checkpoints import ensure_checkpoint
 
     ckpt = ckpt or str(ensure_checkpoint({"arch": arch, "seed": 0}))
+    if options.get("draft_model") in DRAFTS:
+        options = {**options, "draft_model": DRAFTS[options["draft_model"]](arch)}
     n = WORKLOADS[workload]
     prompts = make_prompts(n)
     engine, outputs = run_tinyserve(ckpt, prompts, arrivals(workload, n), dtype, options)
-    result = compare(ckpt, dtype, prompts, outputs)
-    return dict(arch=arch, dtype=dtype, workload=workload, steps=engine.step_count,
+    result = compare(reference_ckpt(ckpt, options), dtype, prompts, outputs)
+    result["text_ok"] = text_ok(ckpt, outputs)
+    result["ok"] = result["ok"] and result["text_ok"]
+    return dict(feature=feature, arch=arch, dtype=dtype, workload=workload, steps=engine.step_count,
                 prefix_hit_tokens=engine.block_manager.prefix_hit_tokens,
                 preemptions=engine.scheduler.num_preemptions, **options, **result)
 
@@ -148,24 +181,52 @@ def matrix(archs, quick: bool):
         yield arch, "float32", "staggered4", engine_options(False, True, 16, native_kernels=_all_kernels())
 
 
+def _checkpoint(arch: str, **keys) -> str:
+    from tools.checkpoints import ensure_checkpoint
+    return str(ensure_checkpoint({"arch": arch, **keys}))
+
+
+# draft_model placeholders -> the checkpoint, per arch
+DRAFTS = {"<small>": lambda arch: _checkpoint(arch, seed=1, num_hidden_layers=1),
+          "<self>": lambda arch: _checkpoint(arch, seed=0)}
+PART2 = {   # feature -> engine options added to a chunked, prefix-cached, block-size-4 base
+    "int8": dict(quantization="int8"),
+    "int4": dict(quantization="int4"),
+    "int4-g16": dict(quantization="int4", quant_group_size=16),
+    "spec-ngram": dict(speculative="ngram", num_speculative_tokens=3),
+    "spec-draft": dict(speculative="draft", draft_model="<small>", num_speculative_tokens=4),
+    "spec-self": dict(speculative="draft", draft_model="<self>", num_speculative_tokens=5),
+    "tp2": dict(tensor_parallel_size=2),
+}
+
+
+def part2_matrix(archs, quick: bool):
+    """-> (feature, arch, dtype, workload, options) rows for quantization, spec decode and TP."""
+    dtypes = ("float32",) if quick else ("float32", "bfloat16")
+    workloads = ("staggered4",) if quick else ("batch1", "staggered4")
+    for feature, extra in PART2.items():
+        for arch, dtype, workload in itertools.product(archs, dtypes, workloads):
+            yield feature, arch, dtype, workload, engine_options(True, True, 4, **extra)
+
+
 def _all_kernels():
     from tinyserve.ops import KERNELS
     return tuple(KERNELS)
 
 
 def summarize(rows: list[dict]) -> str:
-    lines = [f"{'arch':8} {'dtype':9} {'cases':>5} {'pass':>5} {'min top1':>9} {'max |dlogp|':>12} "
+    lines = [f"{'feature':10} {'arch':8} {'dtype':9} {'cases':>5} {'pass':>5} {'min top1':>9} {'max |dlogp|':>12} "
              f"{'max ref |dlogp|':>16}"]
-    for (arch, dtype), group in itertools.groupby(sorted(rows, key=lambda r: (r["arch"], r["dtype"])),
-                                                  key=lambda r: (r["arch"], r["dtype"])):
+    key = lambda r: (r.get("feature", "base"), r["arch"], r["dtype"])
+    for (feature, arch, dtype), group in itertools.groupby(sorted(rows, key=key), key=key):
         g = list(group)
-        lines.append(f"{arch:8} {dtype:9} {len(g):5d} {sum(r['ok'] for r in g):5d} "
+        lines.append(f"{feature:10} {arch:8} {dtype:9} {len(g):5d} {sum(r['ok'] for r in g):5d} "
                      f"{min(r['top1'] for r in g):9.3f} {max(r['logprob_err'] for r in g):12.2e} "
                      f"{max(r['ref_err'] for r in g):16.2e}")
     total, passed = len(rows), sum(r["ok"] for r in rows)
     lines.append(f"TOTAL {passed}/{total} cases pass "
                  f"(fp32: exact greedy + |dlogp| <= {FP32_LOGPROB_TOL:g}; bf16: top1 >= {BF16_MIN_TOP1}, "
-                 f"|dlogp| <= {BF16_ERR_RATIO:g} x HF-bf16 error + {BF16_ERR_FLOOR:g})")
+                 f"|dlogp| <= {BF16_ERR_RATIO:g} x HF-bf16 error + {BF16_ERR_FLOOR:g}; text == decode(tokens))")
     return "\n".join(lines)
 
 
@@ -173,11 +234,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fp32 only, two block-size/workload combos")
     ap.add_argument("--arch", nargs="*", default=list(ARCHS))
+    ap.add_argument("--features", choices=("all", "base", "part2"), default="all",
+                    help="base: the original option matrix; part2: quantization, spec decode, TP rows")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows, started = [], time.monotonic()
-    for arch, dtype, workload, options in matrix(args.arch, args.quick):
-        row = check_case(arch, dtype, workload, options)
+    plan = []
+    if args.features in ("all", "base"):
+        plan += [("base", *row) for row in matrix(args.arch, args.quick)]
+    if args.features in ("all", "part2"):
+        plan += list(part2_matrix(args.arch, args.quick))
+    for feature, arch, dtype, workload, options in plan:
+        row = check_case(arch, dtype, workload, options, feature=feature)
         rows.append(row)
         if not row["ok"]:
             print("FAIL", row, flush=True)

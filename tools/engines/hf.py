@@ -81,7 +81,8 @@ class HFEngine:
                 outputs = generate_all(model, job, prompts, recorder)
         if tok is not None:
             for o in outputs:
-                o.text = tok.decode(o.output_ids)
+                # special tokens are left out of text, as serving engines do by default
+                o.text = tok.decode(o.output_ids, skip_special_tokens=True)
         records = sorted(recorder.records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
         import transformers
         meta = {"options": job.spec.options, "source": transformers.__file__, "device": job.device}

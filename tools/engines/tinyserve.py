@@ -24,6 +24,13 @@ layer's `out`, produced by this layer's fused residual add):
     model.norm                final_norm, layers.{L-1}.out
     logits_processor          logits (rows of sampling sequences only)
     sampler.adjuster          sampler.logits;  sampler: sampler.probs, sampler.token
+
+Tensor parallelism (option tensor_parallel_size): rank 0 is the engine's process and
+records every tap; the other ranks record the column-parallel taps (COLUMN_PARALLEL_TAPS:
+their heads / channels) through the runner's call_all_ranks, and each such tap is put
+back together by concatenating the ranks' features in rank order (rank r holds heads
+r*H/tp.., so that is the canonical layout). Row-parallel outputs (o_proj, down), the
+embedding and the logits are read after their all-reduce / gather, on rank 0.
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import torch
 
 from tools.engines.protocol import Capabilities, RunJob
 from tools.scenario import EngineSpec
-from tools.taps import HEAD_TAPS, matches, order_key
+from tools.taps import HEAD_TAPS, matches, order_key, split
 from tools.trace import RequestOutput, TapRecord, Trace
 
 SUBJECT_ROOT = Path(__file__).resolve().parents[2] / "benchmark" / "subjects" / "tinyserve"
@@ -68,6 +75,10 @@ GLOBAL_HOOKS = (
     ("sampler.adjuster", "samples", (("sampler.logits", "tensor"),)),
     ("sampler", "samples", (("sampler.probs", "probs"), ("sampler.token", "token"))),
 )
+
+
+COLUMN_PARALLEL_TAPS = ("attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.out",
+                        "mlp.gate", "mlp.up", "mlp.act")
 
 
 def import_tinyserve():
@@ -166,6 +177,58 @@ class TapRecorder:
     def ordered(self) -> list[TapRecord]:
         return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
+    def discard_rejected(self, rejected) -> None:
+        """Speculative decoding: drop rows a verification forward computed from drafts that were
+        then rejected. rejected: (step, request id, first position whose input was rejected)."""
+        cut = {(step, int(request)): pos for step, request, pos in rejected}
+        kept = []
+        for rec in self.records:
+            first_bad = cut.get((rec.step, rec.request))
+            if first_bad is not None:
+                keep = [i for i, p in enumerate(rec.positions) if p < first_bad]
+                if not keep:
+                    continue
+                rec = TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep],
+                                rec.tensor[keep], rec.rank)
+            kept.append(rec)
+        self.records = kept
+
+
+def install_shard_recorder(runner, arch: str, num_layers: int, out_dtype: torch.dtype) -> None:
+    """On each tensor-parallel rank > 0 (through call_all_ranks): record its column-parallel shards."""
+    if runner.rank == 0:
+        return None
+    recorder = TapRecorder(runner, arch, num_layers, [f"layers.*.{t}" for t in COLUMN_PARALLEL_TAPS], out_dtype)
+    attached = recorder.attached()
+    attached.__enter__()
+    runner.diffdx_shard_recorder = (recorder, attached)
+    return None
+
+
+def collect_shard_records(runner) -> list[TapRecord] | None:
+    """On each rank > 0: remove the hooks, hand the records to rank 0."""
+    if runner.rank == 0:
+        return None
+    recorder, attached = runner.diffdx_shard_recorder
+    attached.__exit__(None, None, None)
+    return recorder.records
+
+
+def gather_shards(records: list[TapRecord], per_rank: list[list[TapRecord] | None]) -> list[TapRecord]:
+    """Rank 0's records with every column-parallel tap widened to all ranks' features, in rank order."""
+    others = [{(r.name, r.step, r.request, tuple(r.positions)): r for r in recs} for recs in per_rank[1:]]
+    out = []
+    for rec in records:
+        if split(rec.name)[1] in COLUMN_PARALLEL_TAPS:
+            key = (rec.name, rec.step, rec.request, tuple(rec.positions))
+            missing = [i + 1 for i, o in enumerate(others) if key not in o]
+            if missing:
+                raise RuntimeError(f"tap {rec.name} step {rec.step}: ranks {missing} reported no shard")
+            rec = TapRecord(rec.name, rec.step, rec.request, rec.positions,
+                            torch.cat([rec.tensor] + [o[key].tensor for o in others], dim=1), 0)
+        out.append(rec)
+    return out
+
 
 def engine_options(spec: EngineSpec, native_kernels) -> dict:
     options = {OPTION_ALIASES.get(k, k): v for k, v in spec.options.items()}
@@ -218,7 +281,8 @@ class TinyServeEngine:
     def capabilities(self, spec: EngineSpec) -> Capabilities:
         ts = import_tinyserve()
         return Capabilities(taps=("embed", "layers.*", *HEAD_TAPS), kernels=tuple(ts.ops.KERNELS),
-                            teacher_forcing=True, dtypes=("float64", "float32", "bfloat16", "float16"))
+                            teacher_forcing=True, dtypes=("float64", "float32", "bfloat16", "float16"),
+                            tp_sizes=(1, 2))
 
     def run(self, job: RunJob) -> Trace:
         ts = import_tinyserve()
@@ -226,9 +290,16 @@ class TinyServeEngine:
         engine = ts.LLMEngine(ts.Config(model=job.checkpoint, **options))
         cfg = engine.config.model_config
         out_dtype = torch.float64 if job.spec.dtype == "float64" else torch.float32
-        recorder = TapRecorder(engine.model_runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype)
+        runner, tp = engine.model_runner, engine.config.tensor_parallel_size
+        recorder = TapRecorder(runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype)
+        if tp > 1:
+            runner.call_all_ranks(install_shard_recorder, cfg.model_type, cfg.num_hidden_layers, out_dtype)
         with recorder.attached():
             outputs = drive(engine, plan_requests(ts, engine, job))
+        if tp > 1:
+            recorder.records = gather_shards(recorder.records, runner.call_all_ranks(collect_shard_records))
+            runner.shutdown()
+        recorder.discard_rejected(getattr(engine, "rejected_rows", ()))
         results = [outputs[str(i)] for i in range(len(job.scenario.requests))]
         return Trace(engine=self.name, dtype=job.spec.dtype, records=recorder.ordered(),
                      outputs=[RequestOutput(prompt_ids=list(o.prompt_token_ids), output_ids=list(o.token_ids),
@@ -242,4 +313,6 @@ class TinyServeEngine:
         return {"options": options, "tinyserve_file": ts.__file__, "steps": engine.step_count,
                 "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
                 "teacher_forced": job.teacher is not None, "num_kv_blocks": engine.config.num_kv_blocks,
-                "max_num_batched_tokens": engine.config.max_num_batched_tokens}
+                "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+                "tp": {"size": engine.config.tensor_parallel_size, "ranks": list(range(engine.config.tensor_parallel_size)),
+                       "gathered_taps": list(COLUMN_PARALLEL_TAPS)}}

@@ -117,6 +117,14 @@ class Config:
     max_model_len: int | None = None
     native_kernels: tuple = ()
     seed: int = 0
+    quantization: str | None = None          # "int8" | "int4": weight-only, quantized at load time
+    quant_group_size: int = 32               # int4: input columns sharing one scale / zero point
+    speculative: str | None = None           # "ngram" (prompt lookup) | "draft" (a small draft model)
+    num_speculative_tokens: int = 3          # k: tokens proposed per step and verified in one forward
+    draft_model: str | None = None           # "draft": checkpoint dir of the draft model
+    ngram_min: int = 1                       # "ngram": shortest / longest suffix looked up in the context
+    ngram_max: int = 3
+    tensor_parallel_size: int = 1            # ranks (processes, gloo) the model is sharded over
     model_config: ModelConfig | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -135,6 +143,37 @@ class Config:
         unknown = set(self.native_kernels) - set(KERNELS)
         if unknown:
             raise ValueError(f"unknown kernels {sorted(unknown)}; known: {', '.join(KERNELS)}")
+        self._check_features()
+
+    def _check_features(self) -> None:
+        """Quantization, speculative decoding and tensor parallelism options."""
+        if self.quantization not in (None, "int8", "int4"):
+            raise ValueError(f"quantization {self.quantization!r} is not one of int8, int4")
+        if self.quantization == "int4" and (self.quant_group_size < 2 or self.quant_group_size % 2):
+            raise ValueError(f"quant_group_size must be an even number >= 2, got {self.quant_group_size}")
+        if self.speculative not in (None, "ngram", "draft"):
+            raise ValueError(f"speculative {self.speculative!r} is not one of ngram, draft")
+        if self.speculative and self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
+        if self.speculative == "draft" and not (self.draft_model and (Path(self.draft_model) / "config.json").exists()):
+            raise ValueError(f"speculative='draft' needs draft_model, a checkpoint dir; got {self.draft_model!r}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min}, {self.ngram_max}")
+        self._check_tensor_parallel()
+
+    def _check_tensor_parallel(self) -> None:
+        tp, cfg = self.tensor_parallel_size, self.model_config
+        if tp < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tp}")
+        if tp == 1:
+            return
+        if self.quantization:
+            raise ValueError("quantization with tensor_parallel_size > 1 is not supported")
+        for what, n in (("num_attention_heads", cfg.num_attention_heads), ("num_key_value_heads",
+                        cfg.num_key_value_heads), ("intermediate_size", cfg.intermediate_size),
+                        ("vocab_size", cfg.vocab_size)):
+            if n % tp:
+                raise ValueError(f"tensor_parallel_size {tp} does not divide {what} ({n})")
 
     def _resolve_num_blocks(self) -> int:
         if self.num_kv_blocks and self.num_gpu_blocks and self.num_kv_blocks != self.num_gpu_blocks:

@@ -58,6 +58,12 @@ def load_weights(model: nn.Module, model_dir: str | Path) -> None:
 
 
 def load_model(config: Config) -> nn.Module:
+    if config.tensor_parallel_size > 1:
+        from tinyserve.distributed.loader import load_sharded_model
+        return load_sharded_model(config)
+    if config.quantization:
+        from tinyserve.quantization import load_quantized_model
+        return load_quantized_model(config)
     cfg = config.model_config
     model = get_model_class(cfg.model_type)(cfg, select_kernels(config.native_kernels), config.max_model_len)
     model.to(config.torch_dtype)

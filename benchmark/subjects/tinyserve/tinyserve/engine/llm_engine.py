@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from tinyserve.config import Config
+from tinyserve.detokenizer import Detokenizer
 from tinyserve.engine.block_manager import BlockManager
 from tinyserve.engine.model_runner import ModelRunner, StepResult
 from tinyserve.engine.scheduler import Scheduler
@@ -25,12 +26,22 @@ class RequestOutput:
     top_logprobs: list[dict] | None
     finish_reason: str | None
     finished: bool
+    delta: str = ""                        # stream_step(): text added since this request's last output
 
 
 class LLMEngine:
+    def __new__(cls, config: Config):
+        # speculative decoding runs a different step loop; choosing it here keeps `LLMEngine(config)`
+        # the one way to build an engine
+        if cls is LLMEngine and config.speculative:
+            from tinyserve.spec_decode.engine import SpecDecodeEngine
+            return super().__new__(SpecDecodeEngine)
+        return super().__new__(cls)
+
     def __init__(self, config: Config):
         self.config = config
         self.tokenizer = Tokenizer.maybe_load(config.model)
+        self.detokenizer = Detokenizer(self.tokenizer)
         self.model_runner = ModelRunner(config)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
@@ -81,6 +92,7 @@ class LLMEngine:
             if top is not None:
                 top = {**top, token: logprob}
             seq.append_token(token, logprob, top)
+            self.detokenizer.update(seq)
             reason = self.check_stop(seq)
             if reason:
                 self.scheduler.finish(seq, reason)
@@ -96,7 +108,6 @@ class LLMEngine:
             seq.stop_reason = token
             return "stop"
         if p.stop and self.tokenizer is not None:
-            seq.text = self.tokenizer.decode(seq.output_token_ids)
             for stop in p.stop:
                 cut = seq.text.find(stop)
                 if cut >= 0:
@@ -107,8 +118,26 @@ class LLMEngine:
         return None
 
     def make_output(self, seq: Sequence) -> RequestOutput:
-        if not isinstance(seq.stop_reason, str):   # a stop string already cut the text
-            seq.text = self.tokenizer.decode(seq.output_token_ids) if self.tokenizer else ""
+        self.detokenizer.finish(seq, flush=not isinstance(seq.stop_reason, str))   # a stop string cut the text
         return RequestOutput(seq.request_id, seq.prompt_token_ids, seq.output_token_ids, seq.text,
                              list(seq.output_logprobs), seq.top_logprobs if seq.params.logprobs is not None else None,
                              seq.finish_reason, seq.is_finished)
+
+    def stream_step(self) -> list[RequestOutput]:
+        """step(), reporting every request whose text grew this step (finished or not) with the new
+        text in `delta`; the pieces of one request add up to its final text."""
+        self.detokenizer.streaming = True
+        self.step()
+        holdback = lambda seq: max((len(s) for s in seq.params.stop), default=1) - 1
+        outputs = []
+        for seq in self.detokenizer.take_touched():
+            delta = self.detokenizer.take_delta(seq, holdback(seq))
+            if delta or seq.is_finished:
+                out = self.make_output(seq) if seq.is_finished else self._partial_output(seq)
+                out.delta = delta
+                outputs.append(out)
+        return outputs
+
+    def _partial_output(self, seq: Sequence) -> RequestOutput:
+        return RequestOutput(seq.request_id, seq.prompt_token_ids, seq.output_token_ids, seq.text,
+                             list(seq.output_logprobs), None, None, False)

@@ -24,6 +24,14 @@ class StepResult:
 
 
 class ModelRunner:
+    def __new__(cls, config: Config, *args, **kwargs):
+        # tensor parallelism needs a runner that drives the other ranks; choosing it here keeps
+        # `ModelRunner(config)` the one way to build a runner
+        if cls is ModelRunner and config.tensor_parallel_size > 1:
+            from tinyserve.distributed.runner import TPModelRunner
+            return super().__new__(TPModelRunner)
+        return super().__new__(cls)
+
     def __init__(self, config: Config):
         self.config = config
         self.block_size = config.block_size

@@ -13,6 +13,8 @@ from torch import nn
 
 
 class LinearBase(nn.Module):
+    quant = None    # a QuantizedWeight once tinyserve.quantization has replaced `weight`
+
     def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False):
         super().__init__()
         self.input_size = input_size
@@ -41,6 +43,8 @@ class LinearBase(nn.Module):
         target.copy_(loaded)
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quant is not None:
+            return self.quant(x, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

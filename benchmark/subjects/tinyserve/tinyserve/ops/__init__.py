@@ -12,6 +12,7 @@ from typing import Callable
 
 from tinyserve.ops.activation import gelu_tanh_and_mul, gelu_tanh_and_mul_native, silu_and_mul, silu_and_mul_native
 from tinyserve.ops.attention import paged_attention, paged_attention_native
+from tinyserve.ops.quant_matmul import dequant_matmul, dequant_matmul_native
 from tinyserve.ops.norm import fused_add_rms_norm, fused_add_rms_norm_native, rms_norm, rms_norm_native
 from tinyserve.ops.rotary import rotary_embedding, rotary_embedding_native
 
@@ -23,6 +24,7 @@ KERNEL_IMPLS: dict[str, tuple[Callable, Callable]] = {
     "silu_and_mul": (silu_and_mul, silu_and_mul_native),
     "gelu_tanh_and_mul": (gelu_tanh_and_mul, gelu_tanh_and_mul_native),
     "paged_attention": (paged_attention, paged_attention_native),
+    "dequant_matmul": (dequant_matmul, dequant_matmul_native),
 }
 KERNELS = list(KERNEL_IMPLS)
 
@@ -36,6 +38,7 @@ class KernelSet:
     silu_and_mul: Callable
     gelu_tanh_and_mul: Callable
     paged_attention: Callable
+    dequant_matmul: Callable
     native: tuple = ()
 
 
