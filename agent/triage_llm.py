@@ -7,32 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
+from agent.llm import parse_json_object, render
 from tools.triage_rules import LABELS
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 DEFAULT_MODEL = "gpt-4o-mini"
 SCENARIO_KEYS = ("model", "target", "workload", "good_ref", "meta")
-
-
-def render(template: str, **ctx) -> str:
-    env = Environment(loader=FileSystemLoader(PROMPTS), undefined=StrictUndefined, keep_trailing_newline=True)
-    return env.get_template(template).render(**ctx)
-
-
-def parse_json_object(text: str) -> dict | None:
-    """The first JSON object in a model's answer (code fences tolerated). Pure."""
-    m = re.search(r"\{.*\}", text or "", re.S)
-    try:
-        obj = json.loads(m.group(0)) if m else None
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def parse_label(text: str) -> tuple[str, float] | None:
