@@ -84,7 +84,8 @@ class ToolStages:
 
     def hypothesize(self, repo, index, repro, drill, culprit, prober):
         from tools.hypotheses import gather, rank
-        return rank(gather(repo, index, repro, drill, culprit, prober=prober))
+        cands = gather(repo, index, repro, drill, culprit, prober=prober)
+        return rank(cands, top=len(cands))        # all of them: verification may lift a low one
 
     def verify(self, repo, cands, repro, prober, culprit, top):
         from tools.hypotheses import verify
