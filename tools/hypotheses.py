@@ -20,7 +20,7 @@ from pathlib import Path
 from tools import taps as tapnames
 from tools.engines.runner import EngineRunError
 from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction
-from tools.gitrepo import GitError, PatchConflict, commit_diff, temporary_worktree
+from tools.gitrepo import GitError, PatchConflict, commit_diff, open_repo, temporary_worktree
 from tools.probe import Prober
 from tools.source import Symbol, open_index
 
@@ -149,7 +149,6 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
     for sym in index_functions(index):
         key = f"{sym.file}:{sym.qualname}"
         ran = failing is not None and key in failing
-        relevant = (key, sym)
         if drill.kernel and words_match(sym, [drill.kernel]) and sym.file.count("ops"):
             _get(cands, sym).add("kernel", f"implements kernel {drill.kernel}, whose native twin fixes it")
             if "native" in sym.qualname.lower():
@@ -159,7 +158,6 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
         if (sym.file, sym.qualname) in cands or (ran and (words_match(sym, comp_words) or
                                                            words_match(sym, trig_words))):
             _score_relevance(_get(cands, sym), sym, comp_words, trig_words, drill, failing, ran)
-        del relevant
 
 
 def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing, ran) -> None:
@@ -194,13 +192,11 @@ def _add_recent_changes(cands, repo: Path, index, failing, depth: int = 12) -> N
 
 def recent_commits(repo: Path, depth: int) -> list[str]:
     """Newest first, without merges and without the root (an import of the whole tree says nothing)."""
-    from tools.gitrepo import _git
     try:
-        shas = _git(repo, "rev-list", "--no-merges", f"--max-count={depth}", "HEAD").split()
-        roots = set(_git(repo, "rev-list", "--max-parents=0", "HEAD").split())
-    except GitError:
+        commits = open_repo(repo).iter_commits("HEAD", max_count=depth, no_merges=True)
+        return [c.hexsha for c in commits if c.parents]
+    except (GitError, ValueError):
         return []
-    return [s for s in shas if s not in roots]
 
 
 def _to_hypothesis(c: Candidate, drill: DrillDown, repro: Reproduction) -> Hypothesis:
