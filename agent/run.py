@@ -42,7 +42,7 @@ class RunConfig:
     llm_timeout_s: float = 120.0
     llm_retries: int = 2                    # per request, on 429 / connection errors
     trigger_runs: int = 24                  # engine runs the trigger search may spend
-    verify_top: int = 3                     # hypotheses checked by counterfactual
+    verify_top: int = 6                     # suspected changes checked by counterfactual (stops at the first that fixes it)
     device: str = "cpu"
     engine_timeout_s: float = 600.0
 

@@ -75,8 +75,11 @@ def words_match(symbol: Symbol, words: list[str]) -> bool:
     return any(w in text for w in words)
 
 
-def trigger_words(trigger: str | None, drill: DrillDown) -> list[str]:
-    text = (trigger or "").lower() + (" decode" if drill.pattern.get("decode_only") else "")
+def trigger_words(trigger: str | None, drill: DrillDown, options: dict | None = None) -> list[str]:
+    """Code words for the feature that triggers it: the variant that reproduced, the engine options
+    the scenario switches on, and a decode-only pattern."""
+    switched_on = " ".join(k for k, v in (options or {}).items() if v)
+    text = f"{trigger or ''} {switched_on}".lower() + (" decode" if drill.pattern.get("decode_only") else "")
     return sorted({w for key, ws in TRIGGER_WORDS.items() if key in text for w in ws})
 
 
@@ -145,7 +148,7 @@ def _is_source(file: str) -> bool:
 
 def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, failing, passing, culprit):
     comp_words = COMPONENT_WORDS.get(drill.component, [])
-    trig_words = trigger_words(repro.trigger, drill)
+    trig_words = trigger_words(repro.trigger, drill, repro.scenario.target.options)
     for sym in index_functions(index):
         key = f"{sym.file}:{sym.qualname}"
         ran = failing is not None and key in failing
@@ -241,7 +244,7 @@ def rank(cands: list[Hypothesis], top: int = 5) -> list[Hypothesis]:
 
 
 def verify(repo: Path, cands: list[Hypothesis], repro: Reproduction, prober: Prober,
-           culprit: Culprit | None, top: int = 4) -> list[Hypothesis]:
+           culprit: Culprit | None, top: int = 6) -> list[Hypothesis]:
     """Counterfactual: revert the suspected change of the leading testable candidates; does the
     divergence vanish? Stops at the first verified one (later ones cannot outrank it)."""
     ordered = rank(cands, top=len(cands))
