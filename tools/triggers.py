@@ -147,10 +147,11 @@ def reproduce(scenario: Scenario, prober: Prober, target_source: Path | None, *,
     trials: list[Trial] = []
     found = _try(scenario, "as given", prober, target_source, trials)
     if found is None:
+        vocab = vocab_size(scenario)
         for v in _ordered(variants(scenario), order):
             if prober.engine_runs - start >= budget_runs:
                 break
-            found = _try(v.apply(scenario, vocab_size(scenario)), v.description, prober, target_source, trials)
+            found = _try(v.apply(scenario, vocab), v.description, prober, target_source, trials)
             if found is not None:
                 break
     if found is None:

@@ -9,14 +9,13 @@ the case folder's case.toml / issue.md / repro.toml / truth.toml are rewritten e
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from benchmark.author import Step, write_patches
+from benchmark.author import Step
+from benchmark.authoring.common import CaseSpec, repro_toml
 from benchmark.cases import BUNDLED_CASES_DIR
 
 SUBJECT = "tinyserve"
@@ -67,35 +66,6 @@ def prompt(seed: int, n: int) -> list[int]:
     return [rng.randrange(3, 512) for _ in range(n)]
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }" if v else "{}"
-    raise TypeError(f"no TOML for {type(v).__name__}")
-
-
-def toml_table(d: dict) -> str:
-    return "".join(f"{k} = {_toml_value(v)}\n" for k, v in d.items())
-
-
-def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None,
-               comment: str | None = None) -> str:
-    out = [f"# {line}\n" for line in (comment or "").splitlines()]
-    if good_ref:
-        out.append(f"good_ref = {_toml_value(good_ref)}\n\n")
-    out.append("[model]\n" + toml_table(model) + "\n[target]\n" + toml_table(target))
-    for r in requests:
-        out.append("\n[[workload.requests]]\n" + toml_table(r))
-    return "".join(out)
-
-
 def dates(start: str, n: int, seed: int) -> list[str]:
     """n increasing ISO dates from `start` (YYYY-MM-DD), a few hours to a few days apart."""
     rng = random.Random(seed)
@@ -110,38 +80,6 @@ def dates(start: str, n: int, seed: int) -> list[str]:
 def history(start: str, seed: int, entries: list[tuple[str, str, list]]) -> list[Step]:
     ds = dates(start, len(entries), seed)
     return [Step(message=msg, author=author, date=d, edits=edits) for d, (author, msg, edits) in zip(ds, entries)]
-
-
-@dataclass
-class CaseSpec:
-    id: str
-    issue_number: int
-    category: str
-    modeled_on: list[str]
-    title: str
-    issue: str
-    repro: str
-    truth_file: str
-    truth_function: str
-    component: str
-    mechanism: str
-    steps: list[Step]
-    bug_index: int              # 1-based position of the bug step in `steps`
-
-    def write(self, cases_dir: Path) -> Path:
-        folder = cases_dir / self.id
-        folder.mkdir(parents=True, exist_ok=True)
-        patches = write_patches(SUBJECT, self.steps, folder)
-        commit = patches[self.bug_index - 1].stem
-        (folder / "case.toml").write_text(toml_table({
-            "id": self.id, "issue_number": self.issue_number, "subject": SUBJECT, "category": self.category,
-            "modeled_on": self.modeled_on, "title": self.title}))
-        (folder / "issue.md").write_text(self.issue.strip() + "\n")
-        (folder / "repro.toml").write_text(self.repro)
-        (folder / "truth.toml").write_text(toml_table({
-            "file": self.truth_file, "function": self.truth_function, "commit": commit,
-            "component": self.component, "mechanism": self.mechanism}))
-        return folder
 
 
 def good_ref_before(n_steps: int, bug_index: int, extra: int = 0) -> str:
@@ -454,6 +392,7 @@ def case_mixed_step_prefill_offset() -> CaseSpec:
     steps, bug_index = history("2025-02-03", 1201, entries), 4
     a, b = prompt(1201, 12), prompt(2201, 22)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-mixed-step-prefill-offset", issue_number=1201, category="batching",
         modeled_on=["flashinfer-ai/flashinfer#4382", "NVIDIA/TensorRT-LLM#8813"],
         title="With chunked prefill on, a request that arrives while another is decoding gets garbage output",
@@ -522,6 +461,7 @@ def case_stale_block_table_row() -> CaseSpec:
     steps = history("2025-03-17", 1202, entries)
     a, b = prompt(1202, 20), prompt(2202, 22)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-stale-block-table-row", issue_number=1202, category="batching",
         modeled_on=["tenstorrent/vllm-tt-plugin#104", "NVIDIA/TensorRT-LLM#8813"],
         title="Long request's output turns to garbage right after a shorter request in the same batch finishes",
@@ -587,6 +527,7 @@ def case_penalty_counts_slot() -> CaseSpec:
     a, b = prompt(1203, 18), prompt(2203, 16)
     pen = {"temperature": 0.8, "frequency_penalty": 0.7, "presence_penalty": 0.3, "ignore_eos": True}
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-penalty-counts-slot", issue_number=1203, category="batching",
         modeled_on=["huggingface/text-generation-inference#1765", "huggingface/transformers#39457"],
         title="frequency_penalty acts on tokens the request never generated once another request in the batch finishes",
@@ -638,6 +579,7 @@ def case_rep_penalty_batch_union() -> CaseSpec:
     steps, bug_index = history("2025-05-26", 1204, entries), 2
     a, b = prompt(1204, 16), prompt(2204, 24)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-rep-penalty-batch-union", issue_number=1204, category="sampling",
         modeled_on=["huggingface/text-generation-inference#1765", "huggingface/transformers#39457"],
         title="repetition_penalty output depends on what else is in the batch",
@@ -684,6 +626,7 @@ def case_min_p_logit_space() -> CaseSpec:
     ]
     steps = history("2025-06-30", 1205, entries)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-min-p-logit-space", issue_number=1205, category="sampling",
         modeled_on=["state-spaces/mamba#1010", "state-spaces/mamba#927", "vllm-project/vllm-metal#728"],
         title="min_p filters far more (or far fewer) tokens than the same min_p in transformers",
@@ -730,6 +673,7 @@ def case_temperature_before_penalties() -> CaseSpec:
     steps, bug_index = history("2025-08-11", 1206, entries), 6
     pen = {"temperature": 0.6, "frequency_penalty": 0.8, "presence_penalty": 0.5, "seed": 21, "ignore_eos": True}
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-temperature-before-penalties", issue_number=1206, category="sampling",
         modeled_on=["vllm-project/vllm-metal#728", "mlc-ai/mlc-llm#1693"],
         title="presence/frequency penalties much stronger than expected at low temperature",
@@ -780,6 +724,7 @@ def case_splitkv_lse_base() -> CaseSpec:
     ]
     steps, bug_index = history("2025-09-15", 1207, entries), 3
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-splitkv-lse-base", issue_number=1207, category="kernel",
         modeled_on=["flashinfer-ai/flashinfer#58", "local-inference-lab/vllm#17"],
         title="Generation quality drops once the context is longer than ~64 tokens",
@@ -829,6 +774,7 @@ def case_prefill_softmax_rescale() -> CaseSpec:
     ]
     steps, bug_index = history("2025-10-20", 1208, entries), 6
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-prefill-softmax-rescale", issue_number=1208, category="kernel",
         modeled_on=["Dao-AILab/flash-attention#2717", "flashinfer-ai/flashinfer#61"],
         title="Outputs wrong for prompts longer than 32 tokens (short prompts OK)",
@@ -873,6 +819,7 @@ def case_swa_tile_skip() -> CaseSpec:
     ]
     steps = history("2025-11-24", 1209, entries)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-swa-tile-skip", issue_number=1209, category="kernel",
         modeled_on=["sgl-project/sglang#4823", "Dao-AILab/flash-attention#2550"],
         title="Mistral (sliding window) + chunked prefill: long prompts give different output",
@@ -919,6 +866,7 @@ def case_mistral_window_dropped() -> CaseSpec:
     ]
     steps, bug_index = history("2026-01-12", 1210, entries), 3
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-mistral-window-dropped", issue_number=1210, category="model-config",
         modeled_on=["vllm-project/vllm#5908", "sgl-project/sglang#4823"],
         title="Mistral-style model: outputs diverge from HF once prompt + output exceed the sliding window",
@@ -957,6 +905,7 @@ def case_gemma2_query_scale() -> CaseSpec:
     ]
     steps = history("2026-02-09", 1211, entries)
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-gemma2-query-scale", issue_number=1211, category="model-config",
         modeled_on=["ggml-org/llama.cpp#8197", "ggml-org/llama.cpp#8240"],
         title="Gemma 2 variant with query_pre_attn_scalar != head_dim produces different logits than transformers",
@@ -995,6 +944,7 @@ def case_rope_theta_legacy() -> CaseSpec:
     ]
     steps, bug_index = history("2026-03-16", 1212, entries), 4
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-rope-theta-legacy", issue_number=1212, category="model-config",
         modeled_on=["unslothai/unsloth#6197", "ggml-org/llama.cpp#24823"],
         title="Qwen2 checkpoint (rope_theta 1e6) diverges from transformers; rope_theta 10000 models are fine",

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from benchmark.author import Step, write_patches
+from benchmark.author import Step
+from benchmark.authoring.common import CaseSpec, repro_toml
 
 SUBJECT = "transformers"
 CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
@@ -75,68 +75,6 @@ def prompt(seed: int, n: int, first: int = 1) -> list[int]:
     """A reproducible prompt: `first` (bos) then n-1 ids from the tiny vocab, avoiding pad/bos/eos."""
     rng = random.Random(seed)
     return [first] + [rng.randrange(3, 512) for _ in range(n - 1)]
-
-
-# ----------------------------------------------------------------------------- toml
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"no TOML form for {type(v).__name__}")
-
-
-def toml_table(d: dict) -> str:
-    return "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
-
-
-def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None) -> str:
-    out = f"good_ref = {toml_value(good_ref)}\n\n" if good_ref else ""
-    out += "[model]\n" + toml_table(model) + "\n[target]\n" + toml_table(target)
-    for r in requests:
-        out += "\n[[workload.requests]]\n" + toml_table(r)
-    return out
-
-
-# ----------------------------------------------------------------------------- case spec
-
-@dataclass
-class CaseSpec:
-    id: str
-    issue_number: int
-    category: str
-    modeled_on: list[str]
-    title: str
-    issue: str
-    repro: str
-    truth_file: str
-    truth_function: str
-    component: str
-    mechanism: str
-    steps: list[Step]
-    bug_index: int              # 1-based position of the bug step in `steps`
-
-    def write(self, cases_dir: Path) -> Path:
-        folder = cases_dir / self.id
-        folder.mkdir(parents=True, exist_ok=True)
-        patches = write_patches(SUBJECT, self.steps, folder)
-        (folder / "case.toml").write_text(toml_table({
-            "id": self.id, "issue_number": self.issue_number, "subject": SUBJECT, "category": self.category,
-            "modeled_on": self.modeled_on, "title": self.title}))
-        (folder / "issue.md").write_text(self.issue.strip() + "\n")
-        (folder / "repro.toml").write_text(self.repro)
-        (folder / "truth.toml").write_text(toml_table({
-            "file": self.truth_file, "function": self.truth_function,
-            "commit": patches[self.bug_index - 1].stem,
-            "component": self.component, "mechanism": self.mechanism}))
-        return folder
 
 
 # ============================================================================= distractors
@@ -416,6 +354,7 @@ def case_yarn_original_ctx() -> CaseSpec:
     ])
     a, b = prompt(1301, 40), prompt(13011, 36)
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-yarn-original-ctx", issue_number=1301, category="positional-encoding",
         modeled_on=["NVIDIA/Megatron-LM#1418", "unslothai/unsloth#6197", "ggml-org/llama.cpp#24823"],
         title="YaRN-extended Llama checkpoint no longer reproduces its reference outputs",
@@ -474,6 +413,7 @@ def case_qwen2_rope_bf16() -> CaseSpec:
         (PABLO, "qwen2: document repeat_kv", d_qwen2_repeat_kv_doc()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-qwen2-rope-bf16", issue_number=1302, category="numerics",
         modeled_on=["huggingface/transformers#29285", "huggingface/transformers#25681"],
         title="Qwen2 in bfloat16 drifts from the bf16 reference on long prompts; float32 is exact",
@@ -527,6 +467,7 @@ def case_sdpa_left_pad_skip() -> CaseSpec:
         (PABLO, "cache_utils: comment the static sliding window copy", d_cache_static_sliding_comment()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-sdpa-left-pad-skip", issue_number=1303, category="batching",
         modeled_on=["huggingface/transformers#29029", "unslothai/unsloth#4100", "Blaizzy/mlx-vlm#1946"],
         title="Batched generate with sdpa: shorter prompts in the batch produce different text",
@@ -575,6 +516,7 @@ def case_swa_mask_edge() -> CaseSpec:
         (FELIX, "generation: temperature error mentions greedy", d_logits_temperature_msg()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-swa-mask-edge", issue_number=1304, category="attention",
         modeled_on=["huggingface/transformers#29623", "vllm-project/vllm#3385", "ml-explore/mlx-lm#390"],
         title="Mistral-style model: prompt logits differ from reference once the prompt is longer than the window",
@@ -622,6 +564,7 @@ def case_swa_cache_offset() -> CaseSpec:
         (NADIA, "masking_utils: document fast_all", d_mask_fast_all_doc()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-swa-cache-offset", issue_number=1305, category="kv-cache",
         modeled_on=["huggingface/transformers#37574", "huggingface/transformers#38046",
                     "huggingface/transformers#47708"],
@@ -670,6 +613,7 @@ def case_min_p_batch_max() -> CaseSpec:
         (AISHA, "generation: clearer min_p range error", d_logits_minp_msg()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-min-p-batch-max", issue_number=1306, category="sampling",
         modeled_on=["huggingface/text-generation-inference#1765", "sgl-project/sglang#3139",
                     "huggingface/transformers#39457"],
@@ -712,6 +656,7 @@ def case_gemma2_query_scalar() -> CaseSpec:
         (SARAH, "gemma2: comment the attention softcap", d_gemma2_softcap_comment()),
     ])
     return CaseSpec(
+        subject=SUBJECT,
         id="tf-gemma2-query-scalar", issue_number=1307, category="model-config",
         modeled_on=["ggml-org/llama.cpp#8197", "ggml-org/llama.cpp#8240", "vllm-project/vllm#5908"],
         title="Gemma 2 with query_pre_attn_scalar != head_dim: logits off from the first token",
