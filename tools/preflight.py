@@ -8,6 +8,7 @@ the engine's option list); never loads weights.
 """
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -100,8 +101,10 @@ def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
         return
     unknown = sorted(set(spec.options) - set(known))
     if unknown:
-        raise BadInput(f"[{where}] options {unknown} are not accepted by {spec.engine}; "
-                       f"it accepts: {', '.join(sorted(known))}")
+        close = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
+        hint = f"did you mean {', '.join(close)}?" if close else \
+            f"it accepts: {', '.join(sorted(known))}" if len(known) <= 30 else f"it accepts {len(known)} others"
+        raise BadInput(f"[{where}] options {unknown} are not accepted by {spec.engine}; {hint}")
 
 
 def preflight(scenario: Scenario, target_source: Path | None = None, taps: list[str] | None = None,
