@@ -55,9 +55,10 @@ class RunConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UsageError(f"{name} must be a positive int, got {getattr(self, name)!r}")
         for name in ("max_wall_s", "llm_timeout_s", "engine_timeout_s"):
-            if not getattr(self, name) > 0:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
+        if not isinstance(self.llm_retries, int) or self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
             raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
 
     @classmethod

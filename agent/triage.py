@@ -299,11 +299,29 @@ def run_classify(path: str, reader: Reader, out: TextIO | None = None) -> int:
 
 
 def fetch_issues(gh: GitHub, repo: str, since: str | None, numbers: list[int] | None) -> list[dict]:
-    if numbers:
-        return [gh.get_issue(repo, n) for n in numbers]
-    if since and len(since) == 10:        # a bare date
-        since += "T00:00:00Z"
-    return gh.list_issues(repo, since=since)
+    """The issues to triage; a repo or issue GitHub does not know is bad input, the rest environment."""
+    try:
+        if numbers:
+            return [gh.get_issue(repo, n) for n in numbers]
+        return gh.list_issues(repo, since=since_timestamp(since))
+    except EnvironmentFailure:
+        raise
+    except GitHubError as e:
+        if e.status in (404, 410, 422):
+            raise BadInput(f"{repo}: {e}") from None
+        raise EnvironmentFailure(str(e)) from None
+
+
+def since_timestamp(since: str | None) -> str | None:
+    """'2024-06-01' or an ISO 8601 timestamp -> what the API takes; anything else is bad input."""
+    from datetime import datetime
+    if since is None:
+        return None
+    try:
+        datetime.fromisoformat(since.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"--since {since!r} is not a date (YYYY-MM-DD) or an ISO 8601 timestamp") from None
+    return since + "T00:00:00Z" if len(since) == 10 else since
 
 
 def make_reader(llm: str, model: str | None = None) -> Reader:
@@ -333,6 +351,7 @@ def issue_numbers(text: str | None) -> list[int] | None:
 
 def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> int:
     numbers = issue_numbers(args.issues)
+    since_timestamp(args.since)
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
         raise BadInput(f"--repo {args.repo!r} is not owner/name")
     ctx = make_context(args, diagnoser, out)

@@ -89,6 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
             payload = json.loads(body)
         except ValueError:
             return self._reply(400, {"error": "body is not JSON"})
+        if not isinstance(payload, dict):
+            return self._reply(400, {"error": "body is not a JSON object"})
         job = accepted_issue(self.headers.get("X-GitHub-Event"), payload)
         if job is None:
             return self._reply(200, {"ignored": True})

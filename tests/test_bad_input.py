@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,12 @@ def test_agent_run_out_that_is_unwritable():
     assert_one_line_error(proc, ENVIRONMENT, "not writable")
 
 
+def test_agent_run_config_value_of_the_wrong_type(tmp_path):
+    (tmp_path / "run.toml").write_text('engine_timeout_s = "ten minutes"\n')
+    proc = cli("agent.run", "--issue", "1101", "--config", str(tmp_path / "run.toml"), "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, BAD_INPUT, "engine_timeout_s must be > 0")
+
+
 def test_agent_run_issue_without_model_or_prompts_names_what_is_missing(tmp_path):
     (tmp_path / "issue.md").write_text("The output is wrong since the upgrade.\n")
     proc = cli("agent.run", "--issue-file", str(tmp_path / "issue.md"), "--target-source", str(tmp_path),
@@ -164,6 +172,19 @@ def test_triage_issues_must_be_numbers():
     assert_one_line_error(proc, BAD_INPUT, "--issues '1,x'", "'x' is not one")
 
 
+def test_triage_since_must_be_a_date():
+    proc = cli("agent.triage", "--repo", "acme/engine", "--since", "last tuesday", env={"GITHUB_API_URL": UNREACHABLE})
+    assert_one_line_error(proc, BAD_INPUT, "--since 'last tuesday' is not a date")
+
+
+def test_triage_unknown_repo_is_bad_input(tmp_path):
+    from tests.tools.fake_github import FakeGitHub
+    with FakeGitHub([], repo="acme/engine") as gh:
+        proc = cli("agent.triage", "--repo", "acme/other", "--issues", "3", "--db", str(tmp_path / "t.db"),
+                   env={"GITHUB_API_URL": gh.url})
+    assert_one_line_error(proc, BAD_INPUT, "acme/other", "404")
+
+
 def test_triage_github_unreachable_says_so(tmp_path):
     proc = cli("agent.triage", "--repo", "acme/engine", "--issues", "1", "--db", str(tmp_path / "t.db"),
                env={"GITHUB_API_URL": UNREACHABLE})
@@ -197,6 +218,22 @@ def test_webhook_bad_content_length_is_a_400(length):
         server.shutdown()
         server.server_close()
     assert answer.startswith("HTTP/1.0 400") and "malformed Content-Length" in answer.split("\r\n\r\n", 1)[1]
+
+
+def test_webhook_signed_body_that_is_not_an_object_is_a_400():
+    from agent.triage_webhook import WebhookServer, sign
+    server = WebhookServer(("127.0.0.1", 0), "secret", lambda repo, issue: None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    body = b"[1, 2]"
+    request = urllib.request.Request(f"http://127.0.0.1:{server.server_address[1]}/", data=body, method="POST",
+                                     headers={"X-Hub-Signature-256": sign("secret", body), "X-GitHub-Event": "issues"})
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert e.value.code == 400 and b"not a JSON object" in e.value.read()
 
 
 # --- benchmark.run / benchmark.validate -----------------------------------------------------------
