@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 AGREE = 0           # also: not reproduced, finished
 DIVERGED = 1        # also: diagnosed, validation failed
@@ -59,7 +60,7 @@ def exit_code_of(error: BaseException) -> int | None:
         return ENVIRONMENT
     if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return BAD_INPUT
-    if isinstance(error, (PermissionError, OSError)):
+    if isinstance(error, OSError):                      # disk full, permission denied, …
         return ENVIRONMENT
     return None
 
@@ -85,10 +86,8 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         return code
 
 
-def writable_dir(path, flag: str = "--out"):
+def writable_dir(path: str | Path, flag: str = "--out") -> Path:
     """Create `path` (and parents) or raise: a file there is bad input, a denied folder an environment failure."""
-    from pathlib import Path
-
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise BadInput(f"{flag} {path} is a file, not a folder")
@@ -97,9 +96,7 @@ def writable_dir(path, flag: str = "--out"):
         probe = path / ".diffdx-write-test"
         probe.write_text("")
         probe.unlink()
-    except FileExistsError:
-        raise BadInput(f"{flag} {path}: a parent of it is a file, not a folder") from None
-    except NotADirectoryError:
+    except (FileExistsError, NotADirectoryError):
         raise BadInput(f"{flag} {path}: a parent of it is a file, not a folder") from None
     except OSError as e:
         raise EnvironmentFailure(f"{flag} {path} is not writable ({e.strerror or e})") from None
