@@ -37,6 +37,7 @@ WORD = {"analyzer": "word", "ngram_range": (1, 2), "token_pattern": r"(?u)\b\w[\
 CHAR = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "max_features": 12000}
 C_GRID = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 T_GRID = tuple(round(0.3 + 0.1 * k, 1) for k in range(28))      # 0.3 .. 3.0
+SILENT_MIN = 0.4          # out-of-fold (5-fold CV, train + dev): silent P 0.90 -> 0.94, R 0.95 -> 0.95; dev R 0.96 -> 0.88
 DIGITS = 5                 # rounding of stored weights: regeneration is byte-identical across BLAS orders
 
 
@@ -107,9 +108,19 @@ def classify(title: str, body: str, weights: dict | None = None) -> Classificati
     val = np.fromiter(x.values(), dtype=np.float64, count=len(x))
     logits = w["_coef"][:, idx] @ val + np.array(w["intercept"])
     p = softmax(logits / w.get("temperature", 1.0))
-    k = int(p.argmax())
+    k = decide(p, w.get("silent_min", 0.0))
     return Classification(LABELS[k], round(float(p[k]), 3), rules_c.scores,
                           rules_c.cues + tuple(top_terms(w, idx, val, k)))
+
+
+def decide(p: np.ndarray, silent_min: float) -> int:
+    """The most probable label, except that `silent` needs `silent_min` (else the runner-up). Pure.
+
+    A false silent alarm costs a diagnosis run and a wrong comment; below SILENT_MIN the
+    out-of-fold silent answers were mostly wrong (README, "The classifier")."""
+    order = np.argsort(-p, kind="stable")
+    k = int(order[0])
+    return int(order[1]) if LABELS[k] == "silent" and p[k] < silent_min else k
 
 
 def classify_model(title: str, body: str) -> Classification:
@@ -210,6 +221,7 @@ def build(path: Path = REAL_SET) -> tuple[dict, dict]:
     c_value, scores = choose_c(train, dev)
     weights = fit(train, c_value)
     weights["temperature"] = choose_temperature(train, c_value)
+    weights["silent_min"] = SILENT_MIN
     weights["fitted_on"] = "train"
     return weights, {"dev_accuracy_by_C": scores, "C": c_value, "temperature": weights["temperature"]}
 

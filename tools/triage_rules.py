@@ -104,7 +104,7 @@ CUES = (
     # install: the package does not build, install or import
     Cue("install", 3.0, _rx(r"building wheel|failed building|build(ing)? from source|setup\.py|\bcmake\b|nvcc (fatal|not found)|nvcc:|hipcc|cuda_home|rust compiler|resolutionimpossible|conflicting dependencies|no matching distribution|could not find a version|undefined symbol|cannot open shared object|no module named|modulenotfounderror|importerror"), "any"),
     Cue("install", 1.5, _rx(r"pip install|\binstall(ed|ation|ing)?\b|\bwheel\b|docker image|precompiled|editable")),
-    Cue("install", 2.5, _rx(r"安装|(doesn'?t|does not|not) work with .{0,30}versions?|versions? above|after (upgrading|updating) .{0,20}(vllm|torch|transformers|cuda)")),
+    Cue("install", 2.5, _rx(r"安装|(doesn'?t|does not|not) work with .{0,30}versions?|versions? above")),
     Cue("install", 3.0, _rx(r"driver version is insufficient|nvidia-container-cli|requirement error|(not|isn'?t) compatible with (the )?(latest|newer|new|older)|version (conflict|inconsisten\w*)|dependency conflict|incompatible with (torch|cuda|vllm|transformers)|build_wheel|from source"), "any"),
     # performance: right answers, too slow or too big
     Cue("performance", 2.5, _rx(r"throughput|latency|tokens?/s|tok/s|\bt/s\b|requests/s|\bttft\b|\btpot\b|\bqps\b|\bp99\b|llama-bench|benchmark_(serving|throughput)")),
