@@ -2,8 +2,8 @@
 
 Scoring is pure (`score(gold, pred)`); the runner classifies the issues (default: the real set
 `benchmark/triage/real/issues.jsonl`; `--issues benchmark/triage/issues.jsonl` is the synthetic
-secondary set) with the chosen classifier (`combined` = rules + linear model, the default; `rules`;
-`model`), or reads predictions produced by `python -m agent.triage classify`, aligned line for line.
+secondary set) with the chosen classifier (`combined` = rules + linear model, the default, or
+`rules`), or reads predictions produced by `python -m agent.triage classify`, aligned line for line.
 It prints per-label precision/recall, the confusion matrix, the silent-class figures and a
 reliability table (confidence bins vs accuracy) for the whole set and for each split.
 """
@@ -23,8 +23,7 @@ ISSUES = REAL
 # Real set: train (fitted on), dev (tuned on), test (scored once per change, never tuned on).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = ("train", "dev", "test", "heldout", "fresh", "fresh2")
-CLASSIFIERS = {"rules": triage_rules.classify, "model": triage_model.classify_model,
-               "combined": triage_model.classify}
+CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
 
 
 def load_issues(path: Path = ISSUES) -> list[dict]:

@@ -123,11 +123,6 @@ def decide(p: np.ndarray, silent_min: float) -> int:
     return int(order[1]) if LABELS[k] == "silent" and p[k] < silent_min else k
 
 
-def classify_model(title: str, body: str) -> Classification:
-    """Alias kept for symmetry with `triage_rules.classify` (the model includes the rules)."""
-    return classify(title, body)
-
-
 def top_terms(w: dict, idx: np.ndarray, val: np.ndarray, k: int, n: int = 3) -> list[str]:
     """The n-grams that pushed the winning label hardest: `label:ngram 'text'`."""
     names = w.get("_names") or _names(w)
