@@ -29,13 +29,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-from agent.triage_llm import merge_extraction, render
+from agent.triage_llm import combine_votes, merge_extraction, render
 from agent.triage_state import DEFAULT_DB, TriageState, issue_revision
 from tools.errors import ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli
 from tools.github import GitHub, GitHubError
 from tools.issue_extract import extract_scenario, to_scenario
 from tools.scenario import Scenario
-from tools.triage_rules import classify as classify_rules
+from tools.triage_model import classify as classify_issue
 
 MAX_BODY_CHARS = 20_000          # longer bodies are cut (and the comment says so)
 MAX_COMMENT_CHARS = 60_000       # GitHub refuses comments over 65536 characters
@@ -73,12 +73,9 @@ class Reader:
     llm: object | None = None
 
     def classify(self, title: str, body: str) -> dict:
-        c = classify_rules(title, body)
+        c = classify_issue(title, body)           # the rules combined with the n-gram model
         result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues)}
-        answer = self.llm.classify(title, body) if self.llm else None
-        if answer:
-            result.update(label=answer[0], confidence=round(answer[1], 3), source="llm")
-        return result
+        return combine_votes(result, self.llm.classify(title, body) if self.llm else None)
 
     def extract(self, title: str, body: str) -> tuple[dict, list[str]]:
         partial, missing = extract_scenario(title, body)
