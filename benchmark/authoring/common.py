@@ -27,11 +27,13 @@ def toml_table(d: dict) -> str:
 
 
 def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None,
-               comment: str | None = None) -> str:
+               comment: str | None = None, reference: dict | None = None) -> str:
     out = [f"# {line}\n" for line in (comment or "").splitlines()]
     if good_ref:
         out.append(f"good_ref = {toml_value(good_ref)}\n\n")
     out.append("[model]\n" + toml_table(model) + "\n[target]\n" + toml_table(target))
+    if reference:
+        out.append("\n[reference]\n" + toml_table(reference))
     for r in requests:
         out.append("\n[[workload.requests]]\n" + toml_table(r))
     return "".join(out)

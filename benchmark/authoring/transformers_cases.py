@@ -71,6 +71,15 @@ def history(start: str, seed: int, entries: list[tuple[str, str, list]]) -> list
             for d, (author, msg, edits) in zip(dates(start, len(entries), seed), entries)]
 
 
+# The reference is the independent refmodel (tools/refmodels), which imports nothing from
+# transformers: a bug in transformers itself, at base too, shows against it.
+REFERENCE = {"engine": "refmodel"}
+
+
+def refmodel_repro(model: dict, target: dict, requests: list[dict], **kwargs) -> str:
+    return repro_toml(model, target, requests, reference=REFERENCE, **kwargs)
+
+
 def prompt(seed: int, n: int, first: int = 1) -> list[int]:
     """A reproducible prompt: `first` (bos) then n-1 ids from the tiny vocab, avoiding pad/bos/eos."""
     rng = random.Random(seed)
@@ -373,7 +382,7 @@ or the sampler.
 The v5.24.0 tag is fine. Attached is a repro with a random-weight model using the same rope
 config: fp32, eager attention, CPU, two prompts batched together, greedy, 12 new tokens.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "llama", "seed": 6,
              "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
@@ -435,7 +444,7 @@ checkpoint behaves the same way, with larger activations than the default init).
 ### Known good
 The build from three commits before the current head passed the job.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "qwen2", "seed": 5, "initializer_range": 0.2},
             {"engine": "transformers", "dtype": "bfloat16", "options": {"attn_implementation": "eager"}},
             [{"prompt_ids": prompt(1302, 100), "max_tokens": 16,
@@ -485,7 +494,7 @@ I'm fairly sure this worked on an earlier commit of our fork (six commits back).
 attention mask is not passed to the kernel any more for left-padded rows? Repro attached:
 random llama, sdpa, two prompts (18 and 7 tokens).
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "llama", "seed": 1},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "sdpa"}},
             [{"prompt_ids": prompt(1303, 18), "max_tokens": 12, "sampling": {"temperature": 0.0, "ignore_eos": True}},
@@ -534,7 +543,7 @@ a short prompt. In a batch, only the long prompt is affected.
 We have always been on this branch, so I can't point to a good version. Repro: random mistral,
 fp32, eager, a 42-token prompt batched with a 20-token one, greedy, 8 new tokens.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "mistral", "seed": 3},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
             [{"prompt_ids": prompt(1304, 42), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}},
@@ -581,7 +590,7 @@ length, not the prompt content.
 
 This was fine four commits ago. fp32, eager, CPU, greedy, 16 new tokens. Repro attached.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "mistral", "seed": 0},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
             [{"prompt_ids": prompt(1305, 26), "max_tokens": 16, "sampling": {"temperature": 0.0, "ignore_eos": True}},
@@ -629,7 +638,7 @@ Greedy runs and runs without `min_p` are not affected as far as we can tell. Mod
 a seeded random llama, fp32, two 14-token prompts, 12 new tokens. The commit two before our
 current head didn't do this.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "llama", "seed": 8},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
             [{"prompt_ids": prompt(1306, 14), "max_tokens": 12, "sampling": sampling},
@@ -671,7 +680,7 @@ I reproduced it with a tiny random gemma2 (head_dim 16) by setting `query_pre_at
 with the default 16 it matches. fp32, eager, CPU, single prompt, greedy, 10 tokens.
 Never worked on our branch as far as I know.
 """,
-        repro=repro_toml(
+        repro=refmodel_repro(
             {"arch": "gemma2", "seed": 4, "query_pre_attn_scalar": 32},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
             [{"prompt_ids": prompt(1307, 18), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}}]),

@@ -6,6 +6,7 @@ import importlib
 ENGINES = {
     "transformers": "tools.engines.hf:HFEngine",
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
+    "refmodel": "tools.engines.refmodel:RefModelEngine",
 }
 
 
