@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tools import taps as tapnames
+from tools.engines import hf_compat
 from tools.engines.protocol import Capabilities, RunJob
 from tools.scenario import EngineSpec, Request
 from tools.trace import RequestOutput, TapRecord, Trace
@@ -94,7 +95,8 @@ def load_model(checkpoint: str, spec: EngineSpec, device: str):
 
     kwargs = {k: v for k, v in spec.options.items() if k in LOAD_OPTIONS}
     kwargs.setdefault("attn_implementation", "eager")
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=TORCH_DTYPES[spec.dtype], **kwargs)
+    hf_compat.check_arch(checkpoint)   # release differences live in hf_compat
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]), **kwargs)
     model.to(device).eval()
     try:
         tok = AutoTokenizer.from_pretrained(checkpoint)
@@ -271,6 +273,7 @@ def generate_batch(model, job, prompts, members, rec, step0, outputs) -> int:
                                  **generate_kwargs(req, job.spec.options, model))
     finally:
         handle.remove()
+    out = hf_compat.with_logits(out)
     _record_generate_head(rec, out, members, prompts, step0, width)
     eos = set(_as_list(model.generation_config.eos_token_id))
     for b, r in enumerate(members):
