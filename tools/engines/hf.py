@@ -170,8 +170,8 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
 
 def _global_hooks(model, rec: TapRecorder) -> list:
     handles = []
-    if rec.wants("embed"):
-        handles.append(model.model.embed_tokens.register_forward_hook(_output_hook(rec, "embed")))
+    if rec.wants("embed"):   # the first layer's input: gemma2 before 5.x scales it after embed_tokens
+        handles.append(model.model.layers[0].register_forward_pre_hook(_input_hook(rec, "embed"), with_kwargs=True))
     if rec.wants("final_norm"):
         handles.append(model.model.norm.register_forward_hook(_output_hook(rec, "final_norm")))
     return handles

@@ -145,12 +145,18 @@ def check_arch(checkpoint: str) -> None:
         raise RuntimeError(f"transformers {transformers.__version__} has no {model_type!r} architecture")
 
 
-def generate_options(kwargs: dict) -> dict:
-    """Drop generate() flags this release does not know (`output_logits` arrived in 4.38)."""
+def generate_options(kwargs: dict, model) -> dict:
+    """generate() kwargs -> what this release understands: no `output_logits` before 4.38; the
+    model config's own cache (4.x gemma2: "hybrid") when the scenario names none, since a
+    generation_config passed in replaces the one built from the model config."""
     from transformers import GenerationConfig
 
     if "output_logits" in kwargs and not hasattr(GenerationConfig(), "output_logits"):
         kwargs = {k: v for k, v in kwargs.items() if k != "output_logits"}
+    cfg, default_cache = kwargs.get("generation_config"), getattr(model.config, "cache_implementation", None)
+    if cfg is not None and default_cache and not getattr(cfg, "cache_implementation", None) \
+            and "cache_implementation" not in kwargs:
+        cfg.cache_implementation = default_cache
     return kwargs
 
 

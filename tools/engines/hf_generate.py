@@ -38,4 +38,4 @@ def generate_kwargs(req: Request, options: dict, model) -> dict:
     from tools.engines.hf_compat import generate_options
 
     return generate_options(dict(generation_config=cfg, output_logits=True, output_scores=True,
-                                 return_dict_in_generate=True, **extra))
+                                 return_dict_in_generate=True, **extra), model)
