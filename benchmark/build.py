@@ -23,11 +23,13 @@ import tempfile
 from pathlib import Path
 
 from benchmark.cases import Case, CaseError, load_case, load_cases
+from benchmark.releases import Releases, ReleaseError, write_history
 from benchmark.subjects import Subject, get_subject
 from tools.checkpoints import cache_root
 
 BRANCH = "main"
 MAIL_START = re.compile(rb"^From [0-9a-f]{40} ", re.M)
+BASE_PATCH_PREFIX = "00-base"   # such patches are folded into the `base` commit (DESIGN.md §6b)
 
 
 class BuildError(RuntimeError):
@@ -102,16 +104,83 @@ def clone_pristine(subject: Subject, dest: Path) -> Path:
 
 
 def build_case_repo(case: Case | str | Path, dest: str | Path) -> Path:
-    """Case -> a new git repo at `dest`: snapshot (tag `base`), then commits/*.patch applied in order."""
+    """Case -> a new git repo at `dest`: snapshot or release history (tag `base`), then commits/*.patch.
+
+    The commit map lists each patch stem and, for a release history, each release tag (`v4.49.0`),
+    under "patches", so a truth `commit` of either kind resolves to a sha the same way.
+    """
     case = case if isinstance(case, Case) else load_case(case)
-    subject = get_subject(case.subject)
-    repo = clone_pristine(subject, Path(dest))
-    commits = {"base": git(repo, "rev-parse", "HEAD"), "patches": {}}
+    if case.releases:
+        repo, subject, commits = _clone_releases(case, Path(dest))
+    else:
+        subject = get_subject(case.subject)
+        repo = clone_pristine(subject, Path(dest))
+        fold_base_patches(repo, case, subject)
+        commits = {"base": git(repo, "rev-parse", "HEAD"), "patches": {}}
     for patch in case.patches:
+        if patch.stem.startswith(BASE_PATCH_PREFIX):
+            continue
         sha = apply_patch(repo, patch, subject, case.id)
         commits["patches"][patch.stem] = {"sha": sha, "subject": git(repo, "log", "-1", "--format=%s")}
     commit_map_path(repo).write_text(json.dumps(commits, indent=2) + "\n")
     return repo
+
+
+def fold_base_patches(repo: Path, case: Case, subject: Subject) -> None:
+    """Apply `00-base-*` patches into the snapshot commit itself: the bug has no introducing commit."""
+    folded = [p for p in case.patches if p.stem.startswith(BASE_PATCH_PREFIX)]
+    for patch in folded:
+        try:
+            git(repo, "apply", "--index", "--whitespace=nowarn", str(patch))
+        except subprocess.CalledProcessError as e:
+            raise BuildError(f"case {case.id}: commits/{patch.name} does not apply to base: {_tail(e.stderr)}") from None
+    if not folded:
+        return
+    git(repo, "commit", "-q", "--amend", "--no-edit", identity=subject.maintainer, date=subject.date)
+    for tag in base_tags(subject):
+        git(repo, "tag", "-f", tag)
+
+
+def _clone_releases(case: Case, dest: Path) -> tuple[Path, Subject, dict]:
+    """A release-history case: clone its cached release repo; the commit map names every release."""
+    if any(p.stem.startswith(BASE_PATCH_PREFIX) for p in case.patches):
+        raise BuildError(f"case {case.id}: a release history cannot fold {BASE_PATCH_PREFIX}-* patches "
+                         "into base (the next release would replace them); a bug at base is the oldest release")
+    dest = dest.resolve()
+    if dest.exists() and any(dest.iterdir()):
+        raise BuildError(f"{dest} exists and is not empty")
+    try:
+        bare = release_repo(case.releases)
+    except ReleaseError as e:
+        raise BuildError(f"case {case.id}: {e}") from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    git(dest.parent, "clone", "-q", "--local", "-b", BRANCH, str(bare), str(dest))
+    git(dest, "remote", "remove", "origin")
+    commits = {"base": git(dest, "rev-parse", "base"), "patches": {}}
+    for tag in case.releases.tags():
+        commits["patches"][tag] = {"sha": git(dest, "rev-parse", f"{tag}^{{commit}}"), "subject": f"Release: {tag}"}
+    # patches on top are committed by whoever maintains the package; the subject gives only that identity
+    subject = Subject(name=case.releases.package, source=dest, maintainer="Release <release@pypi.invalid>")
+    return dest, subject, commits
+
+
+def release_repo(releases: Releases) -> Path:
+    """[releases] -> a cached bare repo of those releases (built once; wheels cached separately)."""
+    out = cache_root() / "subjects" / f"releases-{releases.package}-{releases.fingerprint()}.git"
+    if out.is_dir():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():
+            with tempfile.TemporaryDirectory(prefix=f".build-{releases.package}-", dir=out.parent) as tmp:
+                work = Path(tmp) / "work"
+                work.mkdir()
+                git(work, "init", "-q", "-b", BRANCH)
+                write_history(releases, work, git)
+                git(Path(tmp), "clone", "-q", "--bare", str(work), "bare.git")
+                os.rename(Path(tmp) / "bare.git", out)
+    return out
 
 
 def apply_patch(repo: Path, patch: Path, subject: Subject, case_id: str) -> str:
@@ -162,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     except (CaseError, BuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"built {case.id} at {repo} ({len(case.patches)} commits on base); commit map: {commit_map_path(repo)}")
+    history = f"releases {', '.join(case.releases.versions)}" if case.releases else "base"
+    print(f"built {case.id} at {repo} ({len(case.patches)} commits on {history}); commit map: {commit_map_path(repo)}")
     return 0
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from benchmark.releases import Releases, check_order
 from tools import scenario as scenario_io
 from tools.scenario import Scenario, ScenarioError
 
@@ -21,7 +22,10 @@ CATEGORIES = (
     "parallelism", "kernel", "model-config", "tokenizer", "spec-decode", "compilation",
 )
 BUNDLED_CASES_DIR = Path(__file__).resolve().parent / "cases"
-CASE_KEYS = {"id": str, "issue_number": int, "subject": str, "category": str, "modeled_on": list, "title": str}
+CASE_KEYS = {"id": str, "issue_number": int, "subject": str, "category": str, "modeled_on": list, "title": str,
+             "releases": dict, "track": str}
+CASE_OPTIONAL = {"releases", "track"}
+RELEASES_KEYS = {"package": str, "versions": list}
 TRUTH_KEYS = {"file": str, "function": str, "commit": str, "component": str, "mechanism": str}
 TRUTH_OPTIONAL = {"commit"}
 PATCH_NAME = re.compile(r"^(\d{2,4})-([A-Za-z0-9][A-Za-z0-9._-]*)\.patch$")
@@ -44,9 +48,15 @@ class Case:
     scenario: Scenario            # repro.toml
     patches: tuple[Path, ...]     # commits/NN-slug.patch, in apply order
     dir: Path
+    releases: Releases | None = None   # [releases]: the history is these PyPI releases (DESIGN.md §6b)
+    track: str | None = None           # e.g. "real": scored on its own row
 
     def patch_stems(self) -> list[str]:
         return [p.stem for p in self.patches]
+
+    def commit_names(self) -> list[str]:
+        """What a truth `commit` may name: a release tag after the first (`v4.49.0`) or a patch stem."""
+        return (self.releases.tags()[1:] if self.releases else []) + self.patch_stems()
 
 
 @dataclass(frozen=True)
@@ -80,12 +90,29 @@ def load_case(case_dir: str | Path) -> Case:
     case_dir = Path(case_dir).resolve()
     name = case_dir.name
     meta = _read_toml(case_dir / "case.toml", name)
-    _check_keys(meta, CASE_KEYS, set(), f"case {name}: case.toml")
+    _check_keys(meta, CASE_KEYS, CASE_OPTIONAL, f"case {name}: case.toml")
     _check_case_meta(meta, name)
+    releases = _releases(meta["releases"], name) if "releases" in meta else None
     return Case(id=meta["id"], issue_number=meta["issue_number"], subject=meta["subject"],
                 category=meta["category"], modeled_on=tuple(meta["modeled_on"]), title=meta["title"],
                 issue=_read_issue(case_dir, name), scenario=_read_scenario(case_dir, name),
-                patches=_patches(case_dir, name), dir=case_dir)
+                patches=_patches(case_dir, name, required=releases is None), dir=case_dir,
+                releases=releases, track=meta.get("track"))
+
+
+def _releases(table: dict, name: str) -> Releases:
+    """[releases] -> Releases; the versions must be valid and oldest first."""
+    where = f"case {name}: case.toml [releases]"
+    _check_keys(table, RELEASES_KEYS, set(), where)
+    package, versions = table["package"].strip(), table["versions"]
+    if not package:
+        raise CaseError(f"{where}: package is empty")
+    if not versions or not all(isinstance(v, str) and v.strip() for v in versions):
+        raise CaseError(f"{where}: versions must be a non-empty list of version strings, oldest first")
+    wrong = check_order(package, versions)
+    if wrong:
+        raise CaseError(f"{where}: {wrong}")
+    return Releases(package=package, versions=tuple(v.strip() for v in versions))
 
 
 def _check_case_meta(meta: dict, name: str) -> None:
@@ -118,8 +145,9 @@ def load_truth(case: Case | str | Path) -> Truth:
     if not QUALNAME.match(data["function"]):
         raise CaseError(f"{where}: function {data['function']!r} is not a qualified name (Class.method, outer.inner)")
     commit = data.get("commit")
-    if commit is not None and commit not in case.patch_stems():
-        raise CaseError(f"{where}: commit {commit!r} is not a patch stem; stems: {', '.join(case.patch_stems()) or 'none'}")
+    if commit is not None and commit not in case.commit_names():
+        raise CaseError(f"{where}: commit {commit!r} is not a patch stem or a later release tag; "
+                        f"known: {', '.join(case.commit_names()) or 'none'}")
     return Truth(file=file, function=data["function"], commit=commit, component=data["component"],
                  mechanism=data["mechanism"])
 
@@ -220,8 +248,10 @@ def _read_scenario(case_dir: Path, name: str) -> Scenario:
         raise CaseError(f"case {name}: repro.toml: {e}") from None
 
 
-def _patches(case_dir: Path, name: str) -> tuple[Path, ...]:
+def _patches(case_dir: Path, name: str, required: bool = True) -> tuple[Path, ...]:
     folder = case_dir / "commits"
+    if not folder.is_dir() and not required:
+        return ()
     if not folder.is_dir():
         raise CaseError(f"case {name}: commits/ is missing; a case needs at least one NN-slug.patch")
     patches = sorted(folder.glob("*.patch"))
@@ -234,6 +264,6 @@ def _patches(case_dir: Path, name: str) -> tuple[Path, ...]:
         if n in numbered:
             raise CaseError(f"case {name}: commits/{p.name} and commits/{numbered[n].name} share number {n}")
         numbered[n] = p
-    if not numbered:
+    if not numbered and required:
         raise CaseError(f"case {name}: commits/ holds no NN-slug.patch file")
     return tuple(numbered[n] for n in sorted(numbered))

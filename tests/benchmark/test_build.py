@@ -8,6 +8,7 @@ import pytest
 
 from benchmark.build import BuildError, build_case_repo, commit_map_path, git, main, pristine_repo, read_commit_map
 from benchmark.subjects import SubjectError, get_subject
+from tests.benchmark.conftest import BUG_TRUTH
 
 
 def test_builds_the_stated_history(make_case, tmp_path):
@@ -116,3 +117,14 @@ def test_transformers_subject_builds_pinned_snapshot(tmp_path, monkeypatch):
     assert not any("__pycache__" in f for f in files)
     assert 'version__ = "5.24.0"' in (repo / "transformers" / "__init__.py").read_text()
     print(f"transformers pristine build + clone: {built_s:.1f}s, {len(files)} files")
+
+
+def test_base_patch_is_folded_into_the_snapshot(make_case, tmp_path):
+    folder = make_case("at-base", 106, ["bug", "docs"], truth={k: v for k, v in BUG_TRUTH.items() if k != "commit"})
+    (folder / "commits" / "01-fold-scale.patch").rename(folder / "commits" / "00-base-fold-scale.patch")
+    repo = build_case_repo(folder, tmp_path / "repo")
+    assert git(repo, "log", "--format=%s|%an").splitlines() == [
+        "ops: document shift|Ana Ruiz", "Import snapshot|diffdx maintainers"]
+    assert "return x * 2 + 1" in git(repo, "show", "base:minisub/ops.py")
+    assert git(repo, "rev-parse", "base") == git(repo, "rev-parse", "v0.3") == git(repo, "rev-parse", "HEAD~1")
+    assert list(read_commit_map(repo)["patches"]) == ["02-document-shift"]

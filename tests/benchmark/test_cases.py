@@ -65,7 +65,7 @@ def test_malformed_case_toml_and_repro_name_the_key(make_case, file, changes, me
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"commit": "07-nope"}, r"case bad: truth.toml: commit '07-nope' is not a patch stem; stems: 01-document-shift"),
+    ({"commit": "07-nope"}, r"case bad: truth.toml: commit '07-nope' is not a patch stem or a later release tag; known: 01-document-shift"),
     ({"function": "scale()"}, r"case bad: truth.toml: function 'scale\(\)' is not a qualified name"),
     ({"file": "../ops.py"}, r"case bad: truth.toml: file '../ops.py' must be a path inside the repo"),
     ({"mechanism": None}, r"case bad: truth.toml: key 'mechanism' is missing"),

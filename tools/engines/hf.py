@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tools import taps as tapnames
+from tools.engines import hf_compat
 from tools.engines.protocol import Capabilities, RunJob
 from tools.scenario import EngineSpec, Request
 from tools.trace import RequestOutput, TapRecord, Trace
@@ -105,7 +106,8 @@ def load_model(checkpoint: str, spec: EngineSpec, device: str):
 
     kwargs = {k: v for k, v in spec.options.items() if k in LOAD_OPTIONS}
     kwargs.setdefault("attn_implementation", "eager")
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=TORCH_DTYPES[spec.dtype], **kwargs)
+    hf_compat.check_arch(checkpoint)   # release differences live in hf_compat
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]), **kwargs)
     model.to(device).eval()
     try:
         tok = AutoTokenizer.from_pretrained(checkpoint)
@@ -179,8 +181,8 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
 
 def _global_hooks(model, rec: TapRecorder) -> list:
     handles = []
-    if rec.wants("embed"):
-        handles.append(model.model.embed_tokens.register_forward_hook(_output_hook(rec, "embed")))
+    if rec.wants("embed"):   # the first layer's input: gemma2 before 5.x scales it after embed_tokens
+        handles.append(model.model.layers[0].register_forward_pre_hook(_input_hook(rec, "embed"), with_kwargs=True))
     if rec.wants("final_norm"):
         handles.append(model.model.norm.register_forward_hook(_output_hook(rec, "final_norm")))
     return handles
@@ -282,6 +284,7 @@ def generate_batch(model, job, prompts, members, rec, step0, outputs) -> int:
                                  **generate_kwargs(req, job.spec.options, model))
     finally:
         handle.remove()
+    out = hf_compat.with_logits(out)
     _record_generate_head(rec, out, members, prompts, step0, width)
     eos = set(_as_list(model.generation_config.eos_token_id))
     for b, r in enumerate(members):

@@ -35,5 +35,7 @@ def generate_kwargs(req: Request, options: dict, model) -> dict:
         eos_token_id=None if s.get("ignore_eos") else model.config.eos_token_id,
     )
     extra = {k: v for k, v in options.items() if k not in LOAD_ONLY}
-    return dict(generation_config=cfg, output_logits=True, output_scores=True,
-                return_dict_in_generate=True, **extra)
+    from tools.engines.hf_compat import generate_options
+
+    return generate_options(dict(generation_config=cfg, output_logits=True, output_scores=True,
+                                 return_dict_in_generate=True, **extra), model)

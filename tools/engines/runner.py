@@ -35,6 +35,7 @@ class EngineRunError(RuntimeError):
 def worker_env(source_root: str | Path | None, threads: int | None = None) -> dict:
     env = dict(os.environ)
     paths = [str(source_root)] if source_root else []
+    paths += _release_dependency_paths(source_root)   # an old transformers release's own dependencies
     paths.append(str(DIFFDX_ROOT))
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -42,6 +43,15 @@ def worker_env(source_root: str | Path | None, threads: int | None = None) -> di
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def _release_dependency_paths(source_root) -> list[str]:
+    from tools.engines.hf_compat import ReleaseDependencyError, dependency_paths
+
+    try:
+        return dependency_paths(source_root)
+    except ReleaseDependencyError as e:
+        raise EngineRunError(str(e), "crash") from None
 
 
 def run_engine(job: RunJob, source_root: str | Path | None = None,
