@@ -13,9 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import compare
+from tools import compare, progress
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
+from tools.engines import engine_path
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
 from tools.scenario import EngineSpec, Scenario, ScenarioError, load
@@ -79,7 +80,8 @@ class Prober:
                      device=self.device, native_kernels=list(native_kernels),
                      coverage_root=str(source) if coverage and source else None)
         self.engine_runs += 1
-        return run_engine(job, source, timeout=self.timeout)
+        with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
+            return run_engine(job, source, timeout=self.timeout)
 
     def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
                       source: Path | None, taps=None) -> Trace:
@@ -91,7 +93,8 @@ class Prober:
             job = RunJob(scenario, spec, checkpoint, teacher=teacher,
                          taps=taps, device=self.device)
             self.engine_runs += 1
-            self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
+            with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
+                self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
         return self._reference_cache[key]
 
     def probe(self, scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
@@ -207,11 +210,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", required=True, type=Path)
     ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
+    ap.add_argument("--engine", help="target engine: a registered name or module:Class (docs/engines.md)")
     ap.add_argument("--reference", help="ENGINE[:DTYPE[:k=v,...]] overriding [reference]")
     ap.add_argument("--target-source", type=Path, help="source tree under test (first on PYTHONPATH)")
     ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     args = ap.parse_args(argv)
     try:
         sc = load(args.scenario)
@@ -219,7 +224,11 @@ def main(argv=None) -> int:
             sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
         if args.reference:
             sc = sc.with_reference(**vars_of(parse_spec(args.reference, sc.reference)))
-        result = Prober(device=args.device).probe(sc, args.target_source, taps=args.taps)
+        if args.engine:
+            sc = sc.with_target(engine=args.engine)
+        engine_path(sc.target.engine), engine_path(sc.reference.engine)   # unknown names fail before any run
+        with progress.live(quiet=args.quiet):
+            result = Prober(device=args.device).probe(sc, args.target_source, taps=args.taps)
     except (ScenarioError, EngineRunError, FileNotFoundError, ValueError) as e:
         print(f"probe failed: {e}", file=sys.stderr)
         if isinstance(e, EngineRunError) and e.log:

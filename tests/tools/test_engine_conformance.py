@@ -135,3 +135,17 @@ def test_an_entry_point_registers_an_engine_by_name(tmp_path, monkeypatch):
     assert registry()["toy"] == TOY
     trace = run_engine(job("toy"), timeout=300)
     assert trace.engine == "toy" and trace.meta["teacher_forced"] is False
+
+
+def test_capabilities_come_from_the_tree_under_test(tmp_path):
+    """Regression (issue 15): the kernel list was read from the bundled tinyserve imported in the
+    orchestrating process, not from the fork being diagnosed."""
+    from tools.engines.runner import DIFFDX_ROOT
+
+    fork = tmp_path / "fork"
+    shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
+    with open(fork / "tinyserve" / "ops" / "__init__.py", "a") as f:
+        f.write("\nKERNELS = KERNELS + ['fork_only_kernel']\n")
+    spec = scenario("tinyserve").target
+    assert "fork_only_kernel" in engine_capabilities(spec, fork).kernels
+    assert "fork_only_kernel" not in engine_capabilities(spec).kernels
