@@ -36,7 +36,7 @@ def worker_env(source_root: str | Path | None, threads: int | None = None) -> di
     env = dict(os.environ)
     paths = [str(source_root)] if source_root else []
     paths.append(str(DIFFDX_ROOT))
-    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # external adapters (docs/engines.md)
+    paths += [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # adapters (docs/engines.md)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
