@@ -8,13 +8,15 @@ A block is marked by an HTML comment on the line above its fence:
     <!-- test: save NAME -->        written to NAME in the run folder (scenarios are also loaded)
     <!-- test: run exit=N -->       shell lines run in a folder holding every saved file and a
                                     link to benchmark/ (as from a checkout's root); all but the
-                                    last must exit 0, the last with N
+                                    last must exit 0, the last with N; `expect=TEXT` (quoted if
+                                    it has spaces) must appear in the last one's output
     <!-- test: skip (why) -->       not run, for the reason given
 
 `slow` after the action marks the test slow.
 """
 import os
 import re
+import shlex
 import subprocess
 import tomllib
 from dataclasses import dataclass
@@ -51,7 +53,7 @@ def doc_blocks() -> list[Block]:
         text = path.read_text()
         for m in TAGGED.finditer(text):
             out.append(Block(path.name, text[:m.start()].count("\n") + 1, m["action"],
-                             tuple(m["args"].split()), m["lang"], m["body"]))
+                             tuple(shlex.split(m["args"])), m["lang"], m["body"]))
     return out
 
 
@@ -129,5 +131,8 @@ def test_commands_run(block, tmp_path):
                               timeout=RUN_TIMEOUT_S)
         expected = want if i == len(lines) - 1 else 0
         assert proc.returncode == expected, f"{line!r} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        if i == len(lines) - 1:
+            for text in (a[len("expect="):] for a in block.args if a.startswith("expect=")):
+                assert text in proc.stdout + proc.stderr, f"{line!r} did not say {text!r}"
         if proc.returncode == 2:      # bad input: one line of error, no traceback
             assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
