@@ -92,3 +92,21 @@ def test_probe_shows_engine_runs_on_a_terminal_and_prints_only_json_on_stdout(tm
     assert "engine run 1: toy_engine:ToyEngine float32 (target)" in terminal
     rc, out, terminal = run_with_terminal_stderr(argv + ["--quiet"], timeout=300)
     assert rc == 0 and "engine run" not in terminal
+
+
+def test_worker_log_has_no_third_party_progress_bars(tmp_path):
+    """Regression (issue 16): transformers' "Loading weights" bar and advisory warnings filled the
+    worker log that a failed probe prints."""
+    from tools.checkpoints import ensure_checkpoint
+    from tools.engines.protocol import RunJob
+    from tools.engines.runner import worker_env
+    from tools.scenario import from_dict
+
+    sc = from_dict({"model": {"arch": "llama", "seed": 0}, "target": {"engine": "transformers"},
+                    "workload": {"requests": [{"prompt_ids": [5, 17, 42], "max_tokens": 2}]}})
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model))).to_json()))
+    proc = subprocess.run([sys.executable, "-m", "tools.engines.worker", str(job), str(tmp_path / "trace")],
+                          env=worker_env(None), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and (tmp_path / "trace" / "trace.json").is_file()
+    assert "Loading weights" not in proc.stderr and "it/s" not in proc.stderr and proc.stdout == ""
