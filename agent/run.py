@@ -6,9 +6,10 @@
         [--llm none|openai] [--model NAME] [--config run.toml] [--out DIR] [--json]
 
 Writes DIR/report.json (DESIGN.md §5), DIR/report.md, DIR/divergence.png and DIR/args.json
-(default DIR: out/<issue>). Progress goes to stderr. Exit status: 0 diagnosed (reproduced),
-2 not reproduced, 1 error (malformed repro or issue, unknown issue number, failed stage).
-`--config` is a TOML file of RunConfig fields (budgets, timeouts).
+(default DIR: out/<issue>). Progress goes to stderr. Exit status (tools/errors.py): 0 not
+reproduced, 1 diagnosed (reproduced), 2 bad input (malformed repro or issue, unknown issue
+number, bad path or flag), 3 environment failure (a stage or engine failed, GitHub unreachable,
+output folder not writable). `--config` is a TOML file of RunConfig fields (budgets, timeouts).
 """
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tools import progress
+from tools.errors import AGREE, DIVERGED, ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli, writable_dir
 from tools.scenario import Scenario, ScenarioError
 
 LLMS = ("none", "openai")
 
 
-class UsageError(ValueError):
+class UsageError(BadInput):
     """Bad input on the command line; the message says what and how to fix it."""
 
 
@@ -54,9 +56,10 @@ class RunConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UsageError(f"{name} must be a positive int, got {getattr(self, name)!r}")
         for name in ("max_wall_s", "llm_timeout_s", "engine_timeout_s"):
-            if not getattr(self, name) > 0:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
+        if not isinstance(self.llm_retries, int) or self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
             raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
 
     @classmethod
@@ -156,7 +159,7 @@ def diagnose_for_triage(issue: dict, scenario: Scenario | None) -> dict | None:
 # --- CLI -------------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m agent.run", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m agent.run", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     ap.add_argument("--issue", type=int, help="issue number: a bundled case's, or a GitHub issue with --repo")
     ap.add_argument("--issue-file", type=Path, help="the bug report as a text/markdown file")
     ap.add_argument("--repo", help="owner/name: read issue N from GitHub (token from $GITHUB_TOKEN)")
@@ -199,9 +202,24 @@ def read_repro(path: Path | None) -> Scenario | None:
 def source_dir(path: Path | None, needed_for: str) -> Path:
     if path is None:
         raise UsageError(f"{needed_for} needs --target-source DIR (the engine's source tree)")
+    if not path.exists():
+        raise UsageError(f"--target-source {path} does not exist")
     if not path.is_dir():
         raise UsageError(f"--target-source {path} is not a directory")
     return path.resolve()
+
+
+def checked_scenario(inputs: Inputs, llm: str) -> Scenario | None:
+    """The scenario the run will use, checked before any engine starts: the repro, or (no LLM)
+    the one read from the issue, whose missing fields are named. None: the LLM will read it."""
+    from tools.issue_extract import extract_scenario, require_scenario
+    from tools.preflight import preflight
+    scenario = inputs.repro if isinstance(inputs.repro, Scenario) else None
+    if scenario is None and llm == "none":
+        scenario = require_scenario(extract_scenario("", inputs.issue_text)[0])
+    if scenario is not None:
+        preflight(scenario, inputs.target_source)
+    return scenario
 
 
 def find_case(cases_dir: Path | None, number: int):
@@ -241,9 +259,13 @@ def github_inputs(args) -> Inputs:
     source = source_dir(args.target_source, "--repo")
     try:
         issue = GitHub.from_env().get_issue(args.repo, args.issue)
+    except EnvironmentFailure:                      # the host could not be reached: say so, not "empty"
+        raise
     except GitHubError as e:
         raise UsageError(f"cannot read {args.repo}#{args.issue}: {e}") from None
     text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+    if not text.strip():
+        raise UsageError(f"{args.repo}#{args.issue} has no title and no body: nothing to diagnose")
     return Inputs(str(args.issue), text, read_repro(args.repro), source, source)
 
 
@@ -288,25 +310,25 @@ def summary_of(node: str, update: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     from rich.console import Console
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as e:                 # argparse says 2 for usage errors; 2 means "not reproduced" here
-        return 1 if e.code == 2 else int(e.code or 0)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     console = Console(stderr=True)
-    try:
-        cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
-        if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
-            raise UsageError("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
-        with ExitStack() as stack:
-            inputs = gather_inputs(args, stack)
-            out = args.out or Path("out") / inputs.issue
-            write_args(out, args, cfg)
-            with progress.live(quiet=args.quiet, console=console), progress.task(f"diagnosing issue {inputs.issue}"):
-                report = diagnose(inputs, cfg, out, None if args.quiet else progress_printer(console))
-    except UsageError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-        return 1
+    cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
+    if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+        raise UsageError("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
+    if args.out is not None:
+        writable_dir(args.out)                      # a bad --out fails before the case is built
+    with ExitStack() as stack:
+        inputs = gather_inputs(args, stack)
+        checked_scenario(inputs, cfg.llm)
+        out = writable_dir(args.out or Path("out") / inputs.issue)
+        write_args(out, args, cfg)
+        with progress.live(quiet=args.quiet, console=console), progress.task(f"diagnosing issue {inputs.issue}"):
+            report = diagnose(inputs, cfg, out, None if args.quiet else progress_printer(console))
     return finish(report, out, args.json, console)
 
 
@@ -322,14 +344,14 @@ def finish(report: dict, out: Path, as_json: bool, console) -> int:
         print(json.dumps(report, indent=2))
     if report.get("error"):
         console.print(f"[red]error:[/red] {report['error']} (partial report in {out})", highlight=False, soft_wrap=True)
-        return 1
+        return ENVIRONMENT
     if not report.get("reproduced"):
         console.print(f"not reproduced; report in {out}", highlight=False, soft_wrap=True)
-        return 2
+        return AGREE
     top = (report.get("hypotheses") or [{}])[0]
     console.print(f"diagnosed: {top.get('function', 'no hypothesis')} in {top.get('file', '-')}; report in {out}",
                   highlight=False)
-    return 0
+    return DIVERGED
 
 
 if __name__ == "__main__":

@@ -13,23 +13,29 @@ marker inside the comment, so re-runs and redelivered webhooks post nothing new.
 not issues and produce no output. A line that is not a JSON object with string `title`/`body`
 produces `{"label": "other", "confidence": 0.0, "error": ...}` and a message on stderr, so the
 output stays aligned with the input's non-blank lines.
+
+Exit status (tools/errors.py): 0 done, 2 bad input (missing file, bad --issues, no secret),
+3 environment failure (GitHub unreachable or failing for some issue, webhook port busy).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-from agent.triage_llm import merge_extraction, render
+from agent.triage_llm import combine_votes, merge_extraction, render
 from agent.triage_state import DEFAULT_DB, TriageState, issue_revision
+from tools.errors import ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli
 from tools.github import GitHub, GitHubError
 from tools.issue_extract import extract_scenario, to_scenario
 from tools.scenario import Scenario
-from tools.triage_rules import classify as classify_rules
+from tools.triage_model import classify as classify_issue
 
 MAX_BODY_CHARS = 20_000          # longer bodies are cut (and the comment says so)
 MAX_COMMENT_CHARS = 60_000       # GitHub refuses comments over 65536 characters
@@ -67,12 +73,9 @@ class Reader:
     llm: object | None = None
 
     def classify(self, title: str, body: str) -> dict:
-        c = classify_rules(title, body)
+        c = classify_issue(title, body)           # the rules combined with the n-gram model
         result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues)}
-        answer = self.llm.classify(title, body) if self.llm else None
-        if answer:
-            result.update(label=answer[0], confidence=round(answer[1], 3), source="llm")
-        return result
+        return combine_votes(result, self.llm.classify(title, body) if self.llm else None)
 
     def extract(self, title: str, body: str) -> tuple[dict, list[str]]:
         partial, missing = extract_scenario(title, body)
@@ -263,10 +266,23 @@ def classify_line(line: str, reader: Reader) -> dict:
     return {"label": c["label"], "confidence": c["confidence"]}
 
 
+def open_input(path: str) -> TextIO:
+    """'-' or a readable file; anything else is bad input with one line saying why."""
+    if path == "-":
+        return sys.stdin
+    try:
+        return open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path} is a folder, not a JSONL file") from None
+    except OSError as e:
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
+
+
 def run_classify(path: str, reader: Reader, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    source = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
-    with source:
+    with open_input(path) as source:
         for n, line in enumerate(source, 1):
             if not line.strip():
                 continue
@@ -280,11 +296,29 @@ def run_classify(path: str, reader: Reader, out: TextIO | None = None) -> int:
 
 
 def fetch_issues(gh: GitHub, repo: str, since: str | None, numbers: list[int] | None) -> list[dict]:
-    if numbers:
-        return [gh.get_issue(repo, n) for n in numbers]
-    if since and len(since) == 10:        # a bare date
-        since += "T00:00:00Z"
-    return gh.list_issues(repo, since=since)
+    """The issues to triage; a repo or issue GitHub does not know is bad input, the rest environment."""
+    try:
+        if numbers:
+            return [gh.get_issue(repo, n) for n in numbers]
+        return gh.list_issues(repo, since=since_timestamp(since))
+    except EnvironmentFailure:
+        raise
+    except GitHubError as e:
+        if e.status in (404, 410, 422):
+            raise BadInput(f"{repo}: {e}") from None
+        raise EnvironmentFailure(str(e)) from None
+
+
+def since_timestamp(since: str | None) -> str | None:
+    """'2024-06-01' or an ISO 8601 timestamp -> what the API takes; anything else is bad input."""
+    from datetime import datetime
+    if since is None:
+        return None
+    try:
+        datetime.fromisoformat(since.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"--since {since!r} is not a date (YYYY-MM-DD) or an ISO 8601 timestamp") from None
+    return since + "T00:00:00Z" if len(since) == 10 else since
 
 
 def make_reader(llm: str, model: str | None = None) -> Reader:
@@ -300,32 +334,54 @@ def make_context(args, diagnoser: Diagnoser | None = None, out: TextIO | None = 
                    gh=GitHub.from_env(args.api_url), post=args.post, label=args.label, out=out or sys.stdout)
 
 
+def issue_numbers(text: str | None) -> list[int] | None:
+    """'12,34' -> [12, 34]; anything that is not a list of positive numbers is bad input."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in parts if not p.isdigit() or int(p) < 1]
+    if bad or not parts:
+        raise BadInput(f"--issues {text!r}: expected comma-separated issue numbers such as 12,34"
+                       + (f" ({', '.join(map(repr, bad))} is not one)" if bad else ""))
+    return [int(p) for p in parts]
+
+
 def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> int:
+    numbers = issue_numbers(args.issues)
+    since_timestamp(args.since)
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
+        raise BadInput(f"--repo {args.repo!r} is not owner/name")
     ctx = make_context(args, diagnoser, out)
-    numbers = [int(n) for n in args.issues.split(",") if n.strip()] if args.issues else None
     failed = 0
     for issue in fetch_issues(ctx.gh, args.repo, args.since, numbers):
         try:
             triage_issue(issue, ctx)
+        except EnvironmentFailure:          # the host is gone: the next issue would fail the same way
+            raise
         except GitHubError as e:            # carry on with the next issue; say which failed
             failed += 1
             print(f"triage: {args.repo}#{issue.get('number')}: {e}", file=sys.stderr)
     ctx.state.close()
-    return 1 if failed else 0
+    return ENVIRONMENT if failed else 0
 
 
 def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
     from agent.triage_webhook import WebhookServer
     secret = args.secret or os.environ.get("DIFFDX_WEBHOOK_SECRET")
     if not secret:
-        print("triage serve: a webhook secret is required (--secret or DIFFDX_WEBHOOK_SECRET)", file=sys.stderr)
-        return 2
+        raise BadInput("triage serve: a webhook secret is required (--secret or DIFFDX_WEBHOOK_SECRET)")
+    if not 0 <= args.port <= 65535:
+        raise BadInput(f"--port {args.port} is not a TCP port (0-65535)")
     ctx = make_context(args, diagnoser)
 
     def handle(repo: str, issue: dict) -> None:
         triage_issue(issue, Context(**{**ctx.__dict__, "repo": repo}))
 
-    server = WebhookServer((args.host, args.port), secret, handle)
+    try:
+        server = WebhookServer((args.host, args.port), secret, handle)
+    except OSError as e:
+        raise EnvironmentFailure(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
+                                 + (" (another process holds the port)" if e.errno == errno.EADDRINUSE else "")) from None
     print(f"triage: listening on {args.host}:{server.server_address[1]}", file=sys.stderr)
     try:
         server.serve_forever()
@@ -351,18 +407,18 @@ def _github_flags(ap: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] == "classify":
-        ap = argparse.ArgumentParser(prog="python -m agent.triage classify")
+        ap = argparse.ArgumentParser(prog="python -m agent.triage classify", epilog=EPILOG)
         ap.add_argument("file", help="JSONL, one {title, body} per line ('-' for stdin)")
         _common(ap)
         return ap.parse_args(argv[1:], argparse.Namespace(command="classify"))
     if argv and argv[0] == "serve":
-        ap = argparse.ArgumentParser(prog="python -m agent.triage serve")
+        ap = argparse.ArgumentParser(prog="python -m agent.triage serve", epilog=EPILOG)
         ap.add_argument("--port", type=int, required=True)
         ap.add_argument("--host", default="127.0.0.1")
         ap.add_argument("--secret", default=None, help="webhook secret (or $DIFFDX_WEBHOOK_SECRET)")
         _common(ap), _github_flags(ap)
         return ap.parse_args(argv[1:], argparse.Namespace(command="serve"))
-    ap = argparse.ArgumentParser(prog="python -m agent.triage", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m agent.triage", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     ap.add_argument("--repo", required=True, help="owner/name")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--since", help="only issues updated since DATE (YYYY-MM-DD or ISO 8601)")
@@ -372,6 +428,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, diagnoser: Diagnoser | None = None) -> int:
+    return run_cli(lambda a: _main(a, diagnoser), argv)
+
+
+def _main(argv: list[str] | None, diagnoser: Diagnoser | None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "classify":
         return run_classify(args.file, make_reader(args.llm, args.llm_model))

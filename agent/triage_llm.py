@@ -27,6 +27,38 @@ def parse_label(text: str) -> tuple[str, float] | None:
     return obj["label"], conf
 
 
+# The LLM's vote may change the label only with evidence: the rules + model are unsure and the
+# LLM is confident. Otherwise it only moves the confidence (up when it agrees, down when not).
+FLIP_BELOW = 0.6       # rules + model confidence under which a confident LLM vote may win
+LLM_MIN = 0.7          # LLM confidence needed to change the label
+
+
+def _two_way(p_for: float, p_against: float) -> float:
+    """Confidence in a label that one voter gives p_for and the other 1 - p_against. Pure."""
+    a, b = p_for * (1.0 - p_against), (1.0 - p_for) * p_against
+    return a / (a + b) if a + b else 0.5
+
+
+def combine_votes(base: dict, llm: tuple[str, float] | None) -> dict:
+    """Rules + model result dict (label, confidence, cues) and an optional LLM vote -> result. Pure.
+
+    Agreement raises the confidence; disagreement keeps the base label and lowers its confidence,
+    unless the base confidence is below FLIP_BELOW and the LLM's is at least LLM_MIN."""
+    if not llm:
+        return base
+    label, conf = llm
+    out = dict(base, llm={"label": label, "confidence": round(conf, 3)})
+    p = min(max(float(base["confidence"]), 0.01), 0.99)
+    q = min(max(conf, 0.01), 0.99)
+    if label == base["label"]:
+        out.update(confidence=round(1.0 - (1.0 - p) * (1.0 - q), 3), source="rules+model+llm")
+    elif p < FLIP_BELOW and q >= LLM_MIN:
+        out.update(label=label, confidence=round(_two_way(q, p), 3), source="llm")
+    else:
+        out.update(confidence=round(_two_way(p, q), 3), source="rules+model")
+    return out
+
+
 def merge_extraction(rules: dict, llm: dict | None) -> dict:
     """Rules' partial scenario, with keys the rules missed filled from the LLM's. Pure."""
     if not llm:

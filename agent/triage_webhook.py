@@ -38,13 +38,21 @@ def accepted_issue(event: str | None, payload: dict) -> tuple[str, dict] | None:
     return repo, issue
 
 
+def content_length(header: str | None) -> int | None:
+    """The Content-Length header as a byte count; None when absent, not a number or negative
+    (reading a negative length would wait for the client to close the connection). Pure."""
+    text = (header or "").strip()
+    return int(text) if text.isdigit() else None
+
+
 class WebhookServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, addr, secret: str, handle: Callable[[str, dict], object]):
-        super().__init__(addr, _Handler)
+        # the queue exists before binding: a failed bind calls server_close(), which uses it
         self.secret, self.handle = secret, handle
         self.jobs: queue.Queue = queue.Queue()
+        super().__init__(addr, _Handler)
         self.worker = threading.Thread(target=self._work, daemon=True, name="triage-worker")
         self.worker.start()
 
@@ -69,7 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: WebhookServer
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        length = content_length(self.headers.get("Content-Length"))
+        if length is None:
+            return self._reply(400, {"error": "missing or malformed Content-Length"})
         if length > MAX_PAYLOAD:
             return self._reply(413, {"error": "payload too large"})
         body = self.rfile.read(length)
@@ -79,6 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
             payload = json.loads(body)
         except ValueError:
             return self._reply(400, {"error": "body is not JSON"})
+        if not isinstance(payload, dict):
+            return self._reply(400, {"error": "body is not a JSON object"})
         job = accepted_issue(self.headers.get("X-GitHub-Event"), payload)
         if job is None:
             return self._reply(200, {"ignored": True})

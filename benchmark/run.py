@@ -11,6 +11,10 @@ with only the CaseInput; the agent never sees the case folder or its truth. Outp
                                   --samples N > 1 also DIR/<case-id>/samples/<i>/report.json
     DIR/results.json              per-case scores and aggregates (benchmark.score)
     DIR/results.md                the table; DIR/results_by_category.png the chart
+
+`--list` prints the selected cases (id, issue number, subject, category, title) and runs nothing.
+Exit status (tools/errors.py): 0 the run finished (scores in results.md), 2 bad input (unknown
+case, malformed case folder, bad flag, --out a file), 3 environment failure (--out not writable).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from benchmark.build import build_case_repo, read_commit_map
 from benchmark.cases import Case, CaseError, case_input, load_case, load_cases, load_truth
 from benchmark.score import CaseScore, score_case, summarize
 from tools import progress as status
+from tools.errors import EPILOG, BadInput, run_cli, writable_dir
 
 AGENTS = {
     "full": "agent.run:diagnose_case",
@@ -201,12 +206,12 @@ def run_benchmark(cfg: RunConfig) -> dict:
     """Diagnose and score every selected case; writes everything under cfg.out; returns results.json."""
     if cfg.ray:
         import_ray()                                # before any work: a missing Ray is a usage error
+    writable_dir(cfg.out)                           # and so is an --out that is a file or read-only
     cases = load_cases(cfg.cases_dir, list(cfg.cases) or None)
     if not cases:
         raise CaseError(f"no cases to run in {cfg.cases_dir or 'the bundled cases dir'}")
     truths = {c.id: load_truth(c) for c in cases}   # a malformed truth.toml fails before any diagnosis
     resolve_agent(cfg.agent)                        # and so does an agent that cannot be imported
-    cfg.out.mkdir(parents=True, exist_ok=True)
     write_json(cfg.out / "args.json", run_record(cfg, cases))
     jobs = make_jobs(cases, cfg)
     execute = execute_ray if cfg.ray else execute_local
@@ -318,26 +323,49 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.run", description="Diagnose benchmark cases and score them.")
+def case_listing(cases: list[Case]) -> str:
+    """One line per case: id, issue number, subject, category, title. Pure."""
+    width = max((len(c.id) for c in cases), default=2)
+    lines = [f"{'id':<{width}}  {'issue':>6}  {'subject':<12}  {'category':<19}  title"]
+    lines += [f"{c.id:<{width}}  {c.issue_number:>6}  {c.subject:<12}  {c.category:<19}  {c.title}" for c in cases]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.run", description="Diagnose benchmark cases and score them.",
+                                 epilog=EPILOG)
     ap.add_argument("cases", nargs="*", help="case ids (default: every case in --cases-dir)")
     ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
+    ap.add_argument("--list", action="store_true", help="list the cases (id, issue, category, title) and exit")
     ap.add_argument("--agent", default="full", help=f"{' | '.join(AGENTS)} | module:function")
     ap.add_argument("--llm", default="none", choices=LLMS)
     ap.add_argument("--workers", type=int, default=1, help="parallel diagnoses (local processes or Ray tasks)")
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="output folder (required unless --list)")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     args = ap.parse_args(argv)
+    if not args.list and args.out is None:
+        ap.error("--out DIR is required (or --list)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = parse_args(argv)
     try:
+        if args.list:
+            print(case_listing(load_cases(args.cases_dir, list(args.cases) or None)))
+            return 0
         cfg = RunConfig(out=args.out, cases=tuple(args.cases), cases_dir=args.cases_dir, agent=args.agent,
                         llm=args.llm, workers=args.workers, ray=args.ray, samples=args.samples)
         with status.live(quiet=args.quiet):
             results = run_benchmark(cfg)
-    except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:   # CaseError, RunConfig: ValueError
+        raise BadInput(str(e)) from None
     o = results["overall"]
     print(f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f}, pass@5 {o['pass_at_5']:.2f}, "
           f"component {o['component_acc']:.2f}, commit {_fmt(o['commit_acc'])}; see {args.out / 'results.md'}")

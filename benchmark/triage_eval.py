@@ -1,9 +1,11 @@
-"""Score issue triage on the labelled set: `python -m benchmark.triage_eval`.
+"""Score issue triage on a labelled set: `python -m benchmark.triage_eval [--issues FILE] [--classifier NAME]`.
 
-Scoring is pure (`score(gold, pred)`); the runner classifies `benchmark/triage/issues.jsonl`
-with the rules (or reads predictions produced by `python -m agent.triage classify`, aligned
-line for line) and prints per-label precision/recall, the confusion matrix, the silent-class
-figures and a calibration check, for the whole set and for the dev and held-out splits.
+Scoring is pure (`score(gold, pred)`); the runner classifies the issues (default: the real set
+`benchmark/triage/real/issues.jsonl`; `--issues benchmark/triage/issues.jsonl` is the synthetic
+secondary set) with the chosen classifier (`combined` = rules + linear model, the default, or
+`rules`), or reads predictions produced by `python -m agent.triage classify`, aligned line for line.
+It prints per-label precision/recall, the confusion matrix, the silent-class figures and a
+reliability table (confidence bins vs accuracy) for the whole set and for each split.
 """
 from __future__ import annotations
 
@@ -12,20 +14,30 @@ import json
 import sys
 from pathlib import Path
 
-from tools.triage_rules import LABELS, classify
+from tools import triage_model, triage_rules
+from tools.triage_rules import LABELS
 
-ISSUES = Path(__file__).parent / "triage" / "issues.jsonl"
-# dev: the rules were written with these in view; heldout: scored, never tuned on;
-# fresh: written after the rules were frozen (the most honest estimate of generalisation).
-SPLITS = ("dev", "heldout", "fresh", "fresh2")
+REAL = Path(__file__).parent / "triage" / "real" / "issues.jsonl"
+SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
+ISSUES = REAL
+# Real set: train (fitted on), dev (tuned on), test (scored once per change, never tuned on).
+# Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
+SPLIT_ORDER = ("train", "dev", "test", "heldout", "fresh", "fresh2")
+CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
 
 
 def load_issues(path: Path = ISSUES) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def predict(issues: list[dict]) -> list[dict]:
-    return [_as_dict(classify(i.get("title", ""), i.get("body", ""))) for i in issues]
+def splits_of(issues: list[dict]) -> tuple[str, ...]:
+    present = {i.get("split") for i in issues}
+    return tuple(s for s in SPLIT_ORDER if s in present)
+
+
+def predict(issues: list[dict], classifier: str = "combined") -> list[dict]:
+    fn = CLASSIFIERS[classifier]
+    return [_as_dict(fn(i.get("title", ""), i.get("body", ""))) for i in issues]
 
 
 def _as_dict(c) -> dict:
@@ -44,7 +56,9 @@ def score(gold: list[str], pred: list[str], confidence: list[float] | None = Non
               "per_label": per_label, "confusion": confusion,
               "silent": {k: per_label["silent"][k] for k in ("precision", "recall")}}
     if confidence is not None:
-        result["ece"] = expected_calibration_error([g == p for g, p in zip(gold, pred)], confidence)
+        correct = [g == p for g, p in zip(gold, pred)]
+        result["ece"] = expected_calibration_error(correct, confidence)
+        result["reliability"] = reliability(correct, confidence)
     return result
 
 
@@ -61,23 +75,30 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 3) if b else 0.0
 
 
-def expected_calibration_error(correct: list[bool], confidence: list[float], bins: int = 5) -> float:
-    """Mean |accuracy - confidence| over equal-width confidence bins, weighted by bin size."""
-    total, n = 0.0, len(correct)
+def reliability(correct: list[bool], confidence: list[float], bins: int = 5) -> list[dict]:
+    """Equal-width confidence bins -> [{lo, hi, n, accuracy, confidence}] (empty bins left out)."""
+    rows = []
     for b in range(bins):
         lo, hi = b / bins, (b + 1) / bins
         idx = [i for i, c in enumerate(confidence) if lo <= c < hi or (b == bins - 1 and c == 1.0)]
         if idx:
-            acc = sum(correct[i] for i in idx) / len(idx)
-            conf = sum(confidence[i] for i in idx) / len(idx)
-            total += len(idx) / n * abs(acc - conf)
-    return round(total, 3)
+            rows.append({"lo": lo, "hi": hi, "n": len(idx),
+                         "accuracy": round(sum(correct[i] for i in idx) / len(idx), 3),
+                         "confidence": round(sum(confidence[i] for i in idx) / len(idx), 3)})
+    return rows
+
+
+def expected_calibration_error(correct: list[bool], confidence: list[float], bins: int = 5) -> float:
+    """Mean |accuracy - confidence| over equal-width confidence bins, weighted by bin size."""
+    n = len(correct)
+    return round(sum(r["n"] / n * abs(r["accuracy"] - r["confidence"])
+                     for r in reliability(correct, confidence, bins)), 3) if n else 0.0
 
 
 def evaluate(issues: list[dict], preds: list[dict]) -> dict:
     """Scores for the whole set and each split."""
     out = {}
-    for split in ("all", *SPLITS):
+    for split in ("all", *splits_of(issues)):
         idx = [k for k, i in enumerate(issues) if split == "all" or i.get("split") == split]
         out[split] = score([issues[k]["label"] for k in idx], [preds[k]["label"] for k in idx],
                            [float(preds[k]["confidence"]) for k in idx])
@@ -94,25 +115,32 @@ def format_report(name: str, s: dict) -> str:
     for g in LABELS:
         lines.append(f"{g:<12}" + "".join(f"{s['confusion'][g][p]:>7}" for p in LABELS))
     lines.append(f"silent precision={s['silent']['precision']:.3f} recall={s['silent']['recall']:.3f}")
+    if s.get("reliability"):
+        lines.append("reliability (confidence bin: n, mean confidence, accuracy):")
+        lines += [f"  [{r['lo']:.1f}, {r['hi']:.1f}): n={r['n']:<4} conf={r['confidence']:.3f} acc={r['accuracy']:.3f}"
+                  for r in s["reliability"]]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--issues", type=Path, default=ISSUES, help="labelled jsonl (label, split keys)")
-    ap.add_argument("--predictions", type=Path, help="output of `agent.triage classify` (default: run the rules)")
+    ap.add_argument("--predictions", type=Path, help="output of `agent.triage classify` (default: run --classifier)")
+    ap.add_argument("--classifier", choices=sorted(CLASSIFIERS), default="combined")
+    ap.add_argument("--splits", help="comma-separated splits to print (default: all of them)")
     ap.add_argument("--errors", action="store_true", help="also list misclassified issues")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args(argv)
     issues = load_issues(args.issues)
-    preds = load_issues(args.predictions) if args.predictions else predict(issues)
+    preds = load_issues(args.predictions) if args.predictions else predict(issues, args.classifier)
     figures = evaluate(issues, preds)
-    for split in ("all", *SPLITS):
+    shown = args.splits.split(",") if args.splits else ["all", *splits_of(issues)]
+    for split in shown:
         print(format_report(split, figures[split]), end="\n\n")
     if args.errors:
         for i, p in zip(issues, preds):
-            if i["label"] != p["label"]:
-                print(f"{i.get('id')} [{i.get('split')}] gold={i['label']} pred={p['label']} ({p['confidence']}): {i['title']}")
+            if i["label"] != p["label"] and (not args.splits or i.get("split") in shown):
+                print(f"{i.get('id') or i.get('url')} [{i.get('split')}] gold={i['label']} pred={p['label']} ({p['confidence']}): {i['title']}")
     if args.out:
         args.out.write_text(json.dumps({"issues": str(args.issues), "figures": figures}, indent=2))
     return 0

@@ -11,6 +11,9 @@ agrees, it diverges). A bug present since base (truth without a commit) must div
 "Agrees / diverges" is the oracle's call: by default `tools.probe.probe(scenario,
 target_source, reference_source=None)` returning an object with `.diverged` and `.summary`;
 any callable with that signature can stand in (`--oracle module:function`).
+
+Exit status (tools/errors.py): 0 every case ok, 1 some case failed a check, 2 bad input
+(unknown case, oracle that cannot be imported).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from benchmark.build import BuildError, build_case_repo, git, read_commit_map
 from benchmark.cases import (BUNDLED_CASES_DIR, Case, CaseError, Truth, case_folders, check_issue_numbers,
                              load_case, load_truth)
 from tools import progress
+from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import Scenario
 
 Oracle = Callable[[Scenario, Path | None, Path | None], Any]   # -> .diverged: bool, .summary: str
@@ -180,7 +184,12 @@ def duplicate_issue_numbers(folders: list[Path], verdicts: list[Verdict], cases_
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.validate", description="Prove benchmark cases.")
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.validate", description="Prove benchmark cases.",
+                                 epilog=EPILOG)
     ap.add_argument("cases", nargs="*", help="case ids or folders (default: every case in --cases-dir)")
     ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
     ap.add_argument("--oracle", default=DEFAULT_ORACLE, help=f"module:function (default {DEFAULT_ORACLE})")
@@ -191,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         oracle = load_oracle(args.oracle)
         folders = [_folder(cases_dir, c) for c in args.cases] or case_folders(cases_dir)
     except (ValidationError, CaseError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise BadInput(str(e)) from None
     verdicts = []
     with progress.live(quiet=args.quiet):
         for folder in progress.each(folders, "validating cases", lambda f: f.name):

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tools.errors import HostUnreachable
+
 DEFAULT_API = "https://api.github.com"
 USER_AGENT = "diffdx-triage"
 
@@ -29,6 +31,18 @@ class GitHubError(RuntimeError):
 
 class RateLimited(GitHubError):
     """The API asks us to wait longer than we are willing to."""
+
+
+class GitHubUnreachable(GitHubError, HostUnreachable):
+    """No HTTP answer at all (DNS, refused connection, timeout): the host could not be reached."""
+
+    def __init__(self, host: str, reason: str):
+        RuntimeError.__init__(self, f"could not reach the GitHub API at {host} ({reason}); "
+                                    "check the network or --api-url / $GITHUB_API_URL")
+        self.status = 0
+
+
+CONNECT_RETRIES = 2              # a host that does not answer is retried briefly, not max_retries times
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,10 @@ class GitHub:
         return [i for i in items if "pull_request" not in i]
 
     def get_issue(self, repo: str, number: int) -> dict:
-        return self.request("GET", f"/repos/{repo}/issues/{number}").body
+        body = self.request("GET", f"/repos/{repo}/issues/{number}").body
+        if not isinstance(body, dict) or "number" not in body:   # e.g. an HTML page from a proxy
+            raise GitHubError(200, "GET", f"/repos/{repo}/issues/{number}", "the answer is not an issue")
+        return body
 
     def list_comments(self, repo: str, number: int) -> list[dict]:
         return self._paginate(f"/repos/{repo}/issues/{number}/comments?per_page=100")
@@ -109,15 +126,21 @@ class GitHub:
         """One API call with retries. `path` is relative to base_url or an absolute API URL."""
         for attempt in range(self.max_retries + 1):
             resp = self._send(method, path, payload)
-            if resp.status < 400:
+            if 0 < resp.status < 400:        # 0: no answer at all, never a success
                 return resp
             delay = retry_delay(resp.status, resp.headers, attempt, time.time())
-            if delay is None or attempt == self.max_retries:
+            if delay is None or attempt == self.max_retries or (resp.status == 0 and attempt >= CONNECT_RETRIES):
                 break
             if delay > self.max_wait_s:
                 raise RateLimited(resp.status, method, _path_only(path), f"(retry in {delay:.0f}s)")
             self.sleep(delay)
+        if resp.status == 0:
+            raise GitHubUnreachable(self._host(path), _message(resp.body))
         raise GitHubError(resp.status, method, _path_only(path), _message(resp.body))
+
+    def _host(self, path: str) -> str:
+        url = path if path.startswith("http") else self.base_url
+        return urllib.parse.urlsplit(url).hostname or url
 
     def _send(self, method: str, path: str, payload: dict | None) -> Response:
         url = path if path.startswith("http") else self.base_url.rstrip("/") + path
@@ -128,8 +151,11 @@ class GitHub:
                 return Response(r.status, dict(r.headers), _json(r.read()))
         except urllib.error.HTTPError as e:
             return Response(e.code, dict(e.headers or {}), _json(e.read()))
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            return Response(0, {}, {"message": type(e).__name__})
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            return Response(0, {}, {"message": f"{type(e).__name__}: {reason}"})
+        except ValueError as e:          # a malformed --api-url: no scheme, bad port
+            return Response(0, {}, {"message": f"bad URL: {e}"})
 
     def _headers(self) -> dict[str, str]:
         h = {"Accept": "application/vnd.github+json", "User-Agent": USER_AGENT,

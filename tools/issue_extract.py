@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from tools.errors import BadInput
 from tools.scenario import Scenario, ScenarioError, from_dict
 
 MAX_PROMPTS = 8
@@ -35,6 +36,16 @@ DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f
 
 _VER = r"v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+)?|b\d{4,5})"
 _STR = r"(\"(?:[^\"\\\n]|\\.){1,%d}\"|'(?:[^'\\\n]|\\.){1,%d}')" % (MAX_PROMPT_CHARS, MAX_PROMPT_CHARS)
+# A numbered or bulleted list item that is a quoted string: `1. "The capital of France is"`,
+# `- 'Once upon a time'`, `* “Translate to German:”` (trailing words after the quote are allowed).
+_LIST_PROMPT = re.compile(r"^[ \t>]*(?:\d{1,3}[.)]|[-*+•])[ \t]+(?:prompt[ \t]*\d*[ \t]*:[ \t]*)?"
+                          r"(?:\"([^\"\n]{1,%d})\"|“([^”\n]{1,%d})”|'([^'\n]{1,%d})')"
+                          % (MAX_PROMPT_CHARS, MAX_PROMPT_CHARS, MAX_PROMPT_CHARS), re.M | re.I)
+# What each required field means to a reporter, for the error that names what is missing.
+FIELD_HELP = {
+    "model": "model (a checkpoint path or a model name whose family diffdx knows, e.g. llama, qwen2, mistral, gemma2)",
+    "prompts": "prompts (quoted strings: prompt=\"…\", a numbered or bulleted list of \"…\", or a ```text block)",
+}
 
 
 def _first(patterns: list[str], text: str, flags=re.I) -> str | None:
@@ -143,6 +154,7 @@ def find_prompts(text: str) -> list[str]:
     found += [m.group(1) for m in re.finditer(rf"(?:\s-p|--prompt)\s+{_STR}", text)]
     prompts = [_unquote(s) for s in found]
     prompts += [b.strip() for b in re.findall(r"```(?:text|prompt)\n(.*?)```", text, re.S)]
+    prompts += [next(g for g in m.groups() if g is not None) for m in _LIST_PROMPT.finditer(text)]
     unique = list(dict.fromkeys(p for p in prompts if p.strip()))
     return [p[:MAX_PROMPT_CHARS] for p in unique[:MAX_PROMPTS]]
 
@@ -211,9 +223,22 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
 
 def to_scenario(partial: dict) -> Scenario | None:
     """A runnable Scenario from an extraction, or None when it lacks a model or a prompt."""
+    try:
+        return require_scenario(partial)
+    except BadInput:
+        return None
+
+
+def require_scenario(partial: dict) -> Scenario:
+    """A runnable Scenario from an extraction, or a BadInput naming each missing field."""
+    missing = [FIELD_HELP[k] for k, ok in (("model", partial.get("model")),
+                                          ("prompts", (partial.get("workload") or {}).get("requests"))) if not ok]
+    if missing:
+        raise BadInput("the issue does not say enough to reproduce it; missing: " + "; ".join(missing)
+                       + ". Add them to the issue or give a repro.toml (--repro)")
     data = {k: v for k, v in partial.items() if k != "meta"}
     data["target"] = {"engine": "transformers", **partial.get("target", {})}
     try:
         return from_dict(data)
-    except ScenarioError:
-        return None
+    except ScenarioError as e:
+        raise BadInput(f"the scenario read from the issue is not runnable: {e}") from None

@@ -3,7 +3,8 @@
     python -m tools.probe --scenario s.toml [--target transformers:bfloat16:attn_implementation=sdpa]
                           [--reference transformers:float32] [--target-source DIR] [--json]
 
-Exit status: 0 the engines agree, 1 they diverge, 2 the probe could not run.
+Exit status: 0 the engines agree, 1 they diverge, 2 bad input (scenario, flag, path, tap
+pattern), 3 environment failure (an engine process crashed or timed out); see tools/errors.py.
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from pathlib import Path
 from tools import compare, progress
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
-from tools.engines import engine_path
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
-from tools.scenario import EngineSpec, Scenario, ScenarioError, load
+from tools.errors import EPILOG, BadInput, run_cli
+from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
 from tools.trace import Trace
 
 HIGH_DTYPE = "float64"
@@ -176,10 +177,14 @@ def probe(scenario: Scenario, target_source: Path | None = None, reference_sourc
 def parse_spec(text: str, base: EngineSpec) -> EngineSpec:
     """'transformers:bfloat16:attn_implementation=sdpa,x=1' -> EngineSpec (missing parts from base)."""
     parts = text.split(":")
+    if len(parts) > 3 or not text.strip():
+        raise BadInput(f"engine spec {text!r} is not ENGINE[:DTYPE[:key=value,...]]")
     options = dict(base.options)
     for kv in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
-        k, _, v = kv.partition("=")
-        options[k] = _literal(v)
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip():
+            raise BadInput(f"engine option {kv!r} in {text!r} is not key=value")
+        options[k.strip()] = _literal(v)
     return EngineSpec(parts[0] or base.engine, parts[1] if len(parts) > 1 and parts[1] else base.dtype, options)
 
 
@@ -206,34 +211,48 @@ def render_table(result: ProbeResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__.split("\n")[0])
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__.split("\n")[0], epilog=EPILOG)
     ap.add_argument("--scenario", required=True, type=Path)
     ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
     ap.add_argument("--engine", help="target engine: a registered name or module:Class (docs/engines.md)")
-    ap.add_argument("--reference", help="ENGINE[:DTYPE[:k=v,...]] overriding [reference]")
-    ap.add_argument("--target-source", type=Path, help="source tree under test (first on PYTHONPATH)")
-    ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all)")
+    ap.add_argument("--reference", help="ENGINE[::k=v,...] overriding [reference] (it runs in float64 and the "
+                                        "target's dtype)")
+    ap.add_argument("--target-source", type=Path, help="source tree under test: the folder holding the engine's "
+                                                       "package (first on PYTHONPATH)")
+    ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all); each must match a tap")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def scenario_from_args(args) -> tuple[Scenario, Path | None]:
+    """The scenario with the command line's overrides, checked before any engine starts."""
+    from tools.preflight import preflight
+    sc = load(args.scenario)
+    if args.target:
+        sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
+    if args.reference:
+        spec = parse_spec(args.reference, sc.reference)
+        if len(args.reference.split(":")) > 1 and args.reference.split(":")[1]:
+            check_reference_dtype(spec.dtype)
+        sc = sc.with_reference(engine=spec.engine, options=spec.options)
+    if args.engine:
+        sc = sc.with_target(engine=args.engine)
+    return sc, preflight(sc, args.target_source, args.taps)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sc, source = scenario_from_args(args)
     try:
-        sc = load(args.scenario)
-        if args.target:
-            sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
-        if args.reference:
-            sc = sc.with_reference(**vars_of(parse_spec(args.reference, sc.reference)))
-        if args.engine:
-            sc = sc.with_target(engine=args.engine)
-        engine_path(sc.target.engine), engine_path(sc.reference.engine)   # unknown names fail before any run
         with progress.live(quiet=args.quiet):
-            result = Prober(device=args.device).probe(sc, args.target_source, taps=args.taps)
-    except (ScenarioError, EngineRunError, FileNotFoundError, ValueError) as e:
-        print(f"probe failed: {e}", file=sys.stderr)
-        if isinstance(e, EngineRunError) and e.log:
+            result = Prober(device=args.device).probe(sc, source, taps=args.taps)
+    except EngineRunError as e:
+        if e.log:
             print(e.log[-2000:], file=sys.stderr)
-        return 2
+        raise
     print(json.dumps(result.to_dict(), indent=2) if args.json else render_table(result))
     return 1 if result.diverged else 0
 
@@ -243,4 +262,4 @@ def vars_of(spec: EngineSpec) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -85,27 +85,43 @@ CUES = (
     Cue("silent", 2.5, _rx(rf"\b(lower|higher|worse|less|fewer)\b.{{0,40}}\bthan\b.{{0,30}}\b{_REF}\b|\b(while|whereas|but) {_REF} (can|does|gets|works|passes|is right|finds)|\bwith {_REF},? (it|the same).{{0,30}}(works|passes|is (right|correct|fine))")),
     Cue("silent", 1.0, _rx(r"\bgreedy\b|temperature\s*[=:]?\s*0(\.0)?\b|--temp 0\b|do_sample=False|should be deterministic|expected identical")),
     Cue("silent", 1.0, _rx(r"\bworked (fine )?(in|on|with) v?\d|was fine (in|on|with)|worked in\b|downgrad\w* to|regression|cosine similarity")),
+    # silent, real phrasings (benchmark/triage/real train split): "not aligned with HF", quality or
+    # perplexity complaints, whitespace/truncation defects, outputs that ignore the input
+    Cue("silent", 2.5, _rx(r"\bun-?align\w*|mis-?align\w*|not (aligned|align|identical|consistent|coherent|normal|reasonable)|inconsisten\w*|incoherent|unreadable|messy|abnormal|output diff\b|(results?|outputs?|logits|logprobs|embeddings?|responses?) (are |is )?(very |quite |totally |slightly )?different|different (outputs?|results?|logits|logprobs|embeddings?|responses?|answers?)")),
+    Cue("silent", 2.5, _rx(r"\b(high|higher|too high|unusually high)\s+(perplexity|ppl)\b|\b(perplexity|ppl)\b.{0,30}(too high|high|higher|increase)|quality (issues?|degrad\w*|regress\w*|worse|drop\w*)|(decreased|degraded|lower|worse) (output |response |answer )?quality|becomes? a fool|dumb(er)?\b")),
+    Cue("silent", 2.0, _rx(r"white ?spaces?|space character|extra spaces?|(output|response|answer|message|text)s? (is |are |gets? )?(truncated|cut\b|cut ?off)|\bcut ?off\b|stops? (prematurely|early)|prematurely|!!!!|(empty|blank) (output|response|answer)s?|(prints?|generates?|outputs?|returns?) nothing|regardless of (the )?(prompt|input)|round ?trip")),
+    Cue("silent", 2.5, _rx(r"得到的.{0,40}不同|(和|与|跟).{0,30}(不同|差距)|乱码|结果.{0,10}(不同|差距|不一致|未对齐)|未对齐|不一致|输出.{0,6}(混乱|错误)")),
+    Cue("silent", 1.5, _rx(r"(repetition_penalty|top_k|top_p|temperature|ignore_eos|stop|seed|max_tokens)\b.{0,60}\b(ignored|no effect|not (applied|respected|working|work)|does(n't| not) (work|apply))|\bignored\b")),
     # crash: the engine stops or refuses with an error
     Cue("crash", 3.0, _rx(r"cuda error|illegal memory access|device-side assert|segmentation fault|segfault|core dumped|\baborted\b|ggml_assert|assertion .{0,40}failed|watchdog|collective operation timeout"), "any"),
     Cue("crash", 3.0, _rx(r"out of memory|outofmemory|\boom\b|killed process"), "any"),
     Cue("crash", 3.0, _rx(r"\bhang(s|ing)?\b|stops responding|exit(s|ed)? with (code|status)|exit code -?\d|\baborts?\b|failed to allocate|allocation .{0,40}failed|stuck forever|deadlock"), "any"),
     Cue("crash", 2.5, _rx(r"^\s*(ERROR|FATAL)\b|logs? (shows? )?(an? )?(exception|error)|raises? (an? )?\w*(error|exception)"), "any"),
     Cue("crash", 2.0, _rx(r"\bcrash(es|ed|ing)?\b|\bdies\b|\bdied\b|\bis dead\b|kills? (it|the)|refuses to start|\b(http )?500\b|every request fails|process (just )?disappears")),
+    Cue("crash", 2.5, _rx(r"\b(error|errors|fails?|failed|crash\w*|exception)\b"), "title"),
+    Cue("crash", 2.5, _rx(r"\bstuck\b|\bstops? (returning|responding|working|generating)|\bbad request\b|\b(http )?(400|500|503)\b.{0,20}(error|response|status)?|\bbroke\b|卡住|崩溃|报错")),
+    Cue("crash", 2.0, _rx(r"can'?not start|can'?t start|fails? to (start|launch|load)|failed to (start|launch|load|build engine)|build engine fail\w*|engine build fail\w*|nccl error|\w+Error\b")),
     # install: the package does not build, install or import
     Cue("install", 3.0, _rx(r"building wheel|failed building|build(ing)? from source|setup\.py|\bcmake\b|nvcc (fatal|not found)|nvcc:|hipcc|cuda_home|rust compiler|resolutionimpossible|conflicting dependencies|no matching distribution|could not find a version|undefined symbol|cannot open shared object|no module named|modulenotfounderror|importerror"), "any"),
     Cue("install", 1.5, _rx(r"pip install|\binstall(ed|ation|ing)?\b|\bwheel\b|docker image|precompiled|editable")),
+    Cue("install", 2.5, _rx(r"安装|(doesn'?t|does not|not) work with .{0,30}versions?|versions? above")),
+    Cue("install", 3.0, _rx(r"driver version is insufficient|nvidia-container-cli|requirement error|(not|isn'?t) compatible with (the )?(latest|newer|new|older)|version (conflict|inconsisten\w*)|dependency conflict|incompatible with (torch|cuda|vllm|transformers)|build_wheel|from source"), "any"),
     # performance: right answers, too slow or too big
     Cue("performance", 2.5, _rx(r"throughput|latency|tokens?/s|tok/s|\bt/s\b|requests/s|\bttft\b|\btpot\b|\bqps\b|\bp99\b|llama-bench|benchmark_(serving|throughput)")),
     Cue("performance", 2.5, _rx(r"memory (usage )?(keeps )?(grow\w*|increas\w*)|memory leak|\bleak\w*|\brss\b")),
     Cue("performance", 2.0, _rx(r"\bslow(er|ly|s)?\b|\bfaster\b|speed.?up|gpu utili[sz]ation|recompil\w*|takes? (~?\d+|a long)|cpu (bound|core)")),
+    Cue("performance", 2.5, _rx(r"速度|吞吐|延迟|变慢|很慢|慢$|tokens? per second|token generation speed")),
+    Cue("performance", 2.0, _rx(r"\bperformance (regression|degradation|decrease|drop|issue|gap)|\b(slower|faster) than\b|\bspeed\b|\bttft\b|did not match the official|optimi[sz]ation options?")),
     # feature: asks for something that does not exist yet
     Cue("feature", 2.5, _rx(r"support for|please (add|consider|support)|would be (nice|great|useful|helpful)|it would help|could you (add|expose)|would help|add a |proposal:|not supported( yet)?|feature request|please add")),
     Cue("feature", 2.5, _rx(r"^\s*(add|allow|support|expose|implement)\b"), "title"),
+    Cue("feature", 2.5, _rx(r"^\s*(feat(ure)?|rfc)\b|any plans? (to|for) support|plan(s)? (to|for) support|(can|could) you (please )?support|have you considered|please let us|\boptionally\b|able to accept|when will .{0,40} be supported|integrate\b|itegrate\b|new model support")),
     # question: asks how to use it
     Cue("question", 2.5, _rx(r"how (do|can|should|to) (i|we|you)?\b|how to\b|is it possible|is there a way|can i\b|does \w+ support|what('s| is) the difference|is it expected|what happens|which install|do i (also )?need|what guarantees")),
     Cue("question", 1.5, _rx(r"\?\s*$"), "title"),
+    Cue("question", 2.0, _rx(r"is there (any ?way|a way)|how does|how can|why (is|does|do|are)\b|what is\b|\binquiry\b|i (wonder|would like to know)|can (it|this|we|i) .{0,30}(run|support|use|change)|(does|do|can) \w+ support|is it normal|请问|如何|怎么|吗[？?]?\s*$")),
     # other: docs, CI, meta
-    Cue("other", 2.5, _rx(r"\btypo\b|broken link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|license|roadmap|tracking issue|thank(s| you)|codeowners|contributing")),
+    Cue("other", 2.5, _rx(r"\btypo\b|broken link|dead link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|ci failure|license|roadmap|tracking issue|^\s*\[tracking\]|thank(s| you)|codeowners|contributing|vulnerabilit\w*|documentation|instruction is outdated")),
 )
 
 # The final exception names the problem: import-family errors are install problems.

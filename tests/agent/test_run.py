@@ -30,7 +30,7 @@ def test_unknown_issue_number_lists_the_known_ones(tmp_path, capsys):
     write_case(tmp_path / "cases", "kv-one", 101)
     write_case(tmp_path / "cases", "kv-two", 102)
     (tmp_path / "cases" / "half-written").mkdir()
-    assert main(["--issue", "5", "--cases-dir", str(tmp_path / "cases"), "--out", str(tmp_path / "o")]) == 1
+    assert main(["--issue", "5", "--cases-dir", str(tmp_path / "cases"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no benchmark case has issue number 5" in err and "101 (kv-one)" in err and "102 (kv-two)" in err
     assert "half-written" in err
@@ -41,33 +41,33 @@ def test_malformed_repro_is_an_error(tmp_path, capsys):
     (tmp_path / "repro.toml").write_text("[model]\narch = 'llama'\n[target]\nengine = 'tinyserve'\ndtype = 'fp7'\n")
     code = main(["--issue-file", str(tmp_path / "issue.md"), "--repro", str(tmp_path / "repro.toml"),
                  "--target-source", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert code == 1 and "malformed repro" in capsys.readouterr().err
+    assert code == 2 and "malformed repro" in capsys.readouterr().err
     (tmp_path / "repro.toml").write_text("this is = = not toml")
     assert main(["--issue-file", str(tmp_path / "issue.md"), "--repro", str(tmp_path / "repro.toml"),
-                 "--target-source", str(tmp_path)]) == 1
+                 "--target-source", str(tmp_path)]) == 2
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--issue-file", "{tmp}/missing.md", "--target-source", "{tmp}"], "cannot read issue file"),
     (["--issue-file", "{tmp}/empty.md", "--target-source", "{tmp}"], "is empty"),
     (["--issue-file", "{tmp}/empty.md"], "needs --target-source"),
-    (["--issue-file", "{tmp}/empty.md", "--target-source", "{tmp}/nope"], "is not a directory"),
+    (["--issue-file", "{tmp}/empty.md", "--target-source", "{tmp}/nope"], "does not exist"),
     (["--issue", "3", "--config", "{tmp}/bad.toml"], "unknown keys"),
     (["--issue", "3", "--llm", "openai"], "needs OPENAI_BASE_URL"),
 ])
-def test_usage_errors_exit_1_with_a_message(tmp_path, capsys, monkeypatch, argv, message):
+def test_usage_errors_exit_2_with_a_message(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     (tmp_path / "empty.md").write_text("  \n")
     (tmp_path / "bad.toml").write_text("max_engine_runs = 3\nmax_rockets = 1\n")
     argv = [a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "o")]
-    assert main(argv) == 1
+    assert main(argv) == 2
     assert message in capsys.readouterr().err
 
 
 def test_exactly_one_issue_source():
-    assert main([]) == 1
-    assert main(["--issue", "1", "--issue-file", "x.md"]) == 1
+    assert main([]) == 2
+    assert main(["--issue", "1", "--issue-file", "x.md"]) == 2
 
 
 def test_run_config_is_checked():
@@ -91,9 +91,9 @@ def test_exit_codes_follow_the_report(tmp_path):
     from rich.console import Console
     console = Console(stderr=True)
     ok = {"reproduced": True, "hypotheses": [{"function": "f", "file": "a.py"}]}
-    assert finish(ok, tmp_path, False, console) == 0
-    assert finish({"reproduced": False, "hypotheses": []}, tmp_path, False, console) == 2
-    assert finish({"reproduced": True, "error": "drill_down failed", "hypotheses": []}, tmp_path, False, console) == 1
+    assert finish(ok, tmp_path, False, console) == 1
+    assert finish({"reproduced": False, "hypotheses": []}, tmp_path, False, console) == 0
+    assert finish({"reproduced": True, "error": "drill_down failed", "hypotheses": []}, tmp_path, False, console) == 3
 
 
 def test_progress_lines():
@@ -162,7 +162,7 @@ def deterministic_run(tmp_path_factory):
 
 def test_e2e_deterministic(deterministic_run):
     case, out, proc = deterministic_run
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert json.loads(proc.stdout) == report
     assert check_report(report) == [] and report["reproduced"] and report["hypotheses"]
@@ -181,7 +181,7 @@ def test_e2e_scripted_llm(deterministic_run, tmp_path, script, fallbacks):
         proc = run_cli(["--issue", str(case.issue_number), "--llm", "openai", "--model", "scripted",
                         "--config", str(tmp_path / "run.toml"), "--out", str(tmp_path / "out")],
                        env={"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "sk-test"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert check_report(report) == [] and report["reproduced"] and report["hypotheses"]
     assert [f["step"] for f in report["llm_fallbacks"]] == fallbacks

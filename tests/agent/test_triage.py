@@ -101,7 +101,9 @@ def test_unusable_scenario_lists_what_is_missing(tmp_path):
         diagnoser = FixedDiagnoser()
         run(fake, tmp_path, "--post", diagnoser=diagnoser)
         assert diagnoser.calls == []
-        assert "model, prompts" in fake.comments[5][0]["body"]
+        body = fake.comments[5][0]["body"]
+        assert "diffdx still needs:" in body and "the model: its Hugging Face id" in body
+        assert "the exact prompt text" in body
 
 
 def test_huge_body_is_truncated_and_said_so(tmp_path):

@@ -1,4 +1,6 @@
 """Scenario extraction from issue text (tools/issue_extract.py)."""
+import pytest
+
 from tools.issue_extract import extract_scenario, find_good_ref, find_options, to_scenario
 
 VLLM_ISSUE = '''vLLM version: 0.5.3.post1
@@ -61,3 +63,24 @@ def test_good_ref_phrasings():
     assert find_good_ref("Downgrading to 0.5.5 fixes it") == "v0.5.5"
     assert find_good_ref("after upgrading from 0.10.1 to 0.10.2") == "v0.10.1"
     assert find_good_ref("it never worked") is None
+
+
+def test_prompts_given_in_prose_as_a_list_of_quoted_strings():
+    """Regression (issue 16): a numbered list of quoted prompts was not understood."""
+    body = ('Llama-3 8B on vllm gives garbage for these prompts:\n\n1. "The capital of France is"\n'
+            '2) "Once upon a time"\n- \'Translate to German: cat\'\n* “Smart quotes too” (it rambles)\n'
+            '\nThe list 1. of things "without" a quote first is not a prompt.\n')
+    partial, missing = extract_scenario("", body)
+    assert [r["prompt"] for r in partial["workload"]["requests"]] == [
+        "The capital of France is", "Once upon a time", "Translate to German: cat", "Smart quotes too"]
+    assert "prompts" not in missing and to_scenario(partial) is not None
+
+
+def test_missing_fields_are_named_in_the_error():
+    from tools.errors import BadInput
+    from tools.issue_extract import require_scenario
+    with pytest.raises(BadInput, match=r"missing: model .*; prompts \("):
+        require_scenario(extract_scenario("Wrong output", "Since the upgrade the output is wrong.")[0])
+    with pytest.raises(BadInput, match=r"missing: prompts \(") as e:
+        require_scenario(extract_scenario("Llama-3 is wrong", "With meta-llama/Llama-3.1-8B the output is off.")[0])
+    assert "model (" not in str(e.value)

@@ -79,6 +79,8 @@ def test_probe_cli_exit_codes(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["diverged"] is False
     src = write_fault(tmp_path / "tree", MLP_DOWN_OFFSET, "llama", layer=0, delta=0.01)
+    (src / "transformers").mkdir()   # the CLI wants the engine's package in the tree; an empty folder is
+    #                                  only a namespace portion, so the installed transformers still loads
     bad = subprocess.run([sys.executable, "-m", "tools.probe", "--scenario", str(toml),
                           "--target-source", str(src)], capture_output=True, text=True)
     assert bad.returncode == 1 and "layers.0.mlp.down" in bad.stdout

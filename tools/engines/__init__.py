@@ -19,6 +19,8 @@ import re
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from tools.errors import BadInput
+
 ENTRY_POINT_GROUP = "diffdx.engines"
 BUILTIN = {
     "transformers": "tools.engines.hf:HFEngine",
@@ -29,8 +31,12 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
 
 
-class UnknownEngineError(ValueError):
-    """An engine name that does not resolve; the message lists the names that do."""
+class UnknownEngineError(BadInput, KeyError):
+    """An engine name that does not resolve; the message lists the names that do. Bad input
+    (exit 2); a KeyError too, as registry lookups raise."""
+
+    def __str__(self) -> str:           # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 def registry() -> dict[str, str]:

@@ -65,6 +65,17 @@ class TapRecorder:
 
 class HFEngine:
     name = "transformers"
+    package = "transformers"          # what a --target-source root must hold
+
+    def accepted_options(self, source_root) -> set[str]:
+        """from_pretrained's options and what generate() takes (GenerationConfig fields, its own
+        arguments), as the installed transformers defines them."""
+        import inspect
+
+        from transformers import GenerationConfig
+        from transformers.generation.utils import GenerationMixin
+        own = set(inspect.signature(GenerationMixin.generate).parameters) - {"self", "kwargs", "inputs"}
+        return set(LOAD_OPTIONS) | set(GenerationConfig().to_dict()) | own
 
     def capabilities(self, spec: EngineSpec) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))

@@ -275,8 +275,27 @@ def drive(engine, plans: list[dict]) -> dict:
     return outputs
 
 
+def config_fields(config_py: Path) -> set[str] | None:
+    """Field names of `class Config` in tinyserve's config.py, read without importing it (no torch)."""
+    import ast
+    try:
+        tree = ast.parse(config_py.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Config":
+            return {a.target.id for a in node.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)}
+    return None
+
+
 class TinyServeEngine:
     name = "tinyserve"
+    package = "tinyserve"             # what a --target-source root must hold
+
+    def accepted_options(self, source_root) -> set[str] | None:
+        """Engine options the tree under test takes: its Config fields and their aliases."""
+        fields = config_fields(Path(source_root or SUBJECT_ROOT) / "tinyserve" / "config.py")
+        return None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
 
     def capabilities(self, spec: EngineSpec) -> Capabilities:
         ts = import_tinyserve()

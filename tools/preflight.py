@@ -1,0 +1,122 @@
+"""Checks that run before any engine starts: nothing a user gives is silently ignored.
+
+A source tree that does not hold the engine's package would quietly probe the installed
+engine instead; a tap pattern that matches nothing would print an empty table and "agree";
+max_tokens past the model's positions would run until the engine's timeout. Each of these is
+a `BadInput` here, with one line saying what to change. Reads only small files (config.json,
+the engine's option list); never loads weights.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from tools import taps as tapnames
+from tools.errors import BadInput
+from tools.scenario import EngineSpec, Scenario, ScenarioError
+
+
+def model_config(model: dict) -> dict:
+    """[model] table -> the config keys the checkpoint has (or will have), without building it."""
+    if "path" in model:
+        config = Path(model["path"]).expanduser() / "config.json"
+        try:
+            return json.loads(config.read_text())
+        except FileNotFoundError:
+            raise BadInput(f"model.path {model['path']} has no config.json (an HF-format checkpoint folder)") from None
+        except (OSError, ValueError) as e:
+            raise BadInput(f"model.path {model['path']}: config.json is unreadable ({e})") from None
+    from tools.checkpoints import model_config_keys
+    try:
+        return model_config_keys(model)
+    except ValueError as e:
+        raise BadInput(f"[model] {e}") from None
+
+
+def check_limits(scenario: Scenario, config: dict) -> None:
+    """Every request fits the model: prompt + max_tokens within its positions, ids within its vocab."""
+    positions, vocab = config.get("max_position_embeddings"), config.get("vocab_size")
+    for i, req in enumerate(scenario.requests):
+        prompt_len = len(req.prompt_ids) if req.prompt_ids is not None else 1
+        if isinstance(positions, int) and prompt_len + req.max_tokens > positions:
+            what = f"prompt ({prompt_len} tokens) + max_tokens ({req.max_tokens:,})" if req.prompt_ids \
+                else f"max_tokens ({req.max_tokens:,}) + the prompt"
+            raise BadInput(f"request {i}: {what} exceeds the model's {positions} positions "
+                           "(max_position_embeddings); lower max_tokens")
+        if isinstance(vocab, int) and req.prompt_ids and max(req.prompt_ids) >= vocab:
+            raise BadInput(f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary "
+                           f"(vocab_size {vocab})")
+
+
+def adapter(engine: str):
+    """Engine name -> its adapter; an unknown name is bad input listing the known ones."""
+    from tools.engines import get_engine
+    try:
+        return get_engine(engine)
+    except KeyError as e:
+        raise BadInput(str(e.args[0]) if e.args else f"unknown engine {engine!r}") from None
+
+
+def check_target_source(engine: str, source: Path | None) -> Path | None:
+    """--target-source must be a folder holding the engine's importable package (the repo root)."""
+    if source is None:
+        return None
+    source = Path(source)
+    if not source.exists():
+        raise BadInput(f"--target-source {source} does not exist")
+    if not source.is_dir():
+        raise BadInput(f"--target-source {source} is a file; give the folder that holds the engine's package")
+    package = getattr(adapter(engine), "package", None)
+    if package and not (source / package).is_dir():
+        hint = f"; did you mean its parent {source.parent}?" if source.name == package else ""
+        raise BadInput(f"--target-source {source} holds no `{package}/` package, so {engine} would be imported "
+                       f"from the installed copy instead{hint}")
+    return source.resolve()
+
+
+def canonical_taps(config: dict) -> list[str]:
+    """Every canonical tap name a model with this config can report (DESIGN §2)."""
+    layers = int(config.get("num_hidden_layers") or 0)
+    return (["embed"] + [tapnames.layer_tap(i, t) for i in range(layers) for t in tapnames.LAYER_TAPS]
+            + list(tapnames.HEAD_TAPS))
+
+
+def check_taps(patterns: list[str] | None, config: dict) -> None:
+    """Each tap pattern must match at least one tap of this model."""
+    if patterns is None:
+        return
+    names = canonical_taps(config)
+    for p in patterns:
+        if not any(tapnames.matches(n, [p]) for n in names):
+            raise BadInput(f"--taps pattern {p!r} matches no tap of this model (e.g. embed, layers.0.attn.q, "
+                           f"layers.*.mlp.*, logits; {config.get('num_hidden_layers')} layers)")
+
+
+def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
+    """Engine options against what the engine accepts, when its adapter can say."""
+    accepted = getattr(adapter(spec.engine), "accepted_options", None)
+    known = accepted(source) if accepted else None
+    if known is None:
+        return
+    unknown = sorted(set(spec.options) - set(known))
+    if unknown:
+        close = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
+        hint = f"did you mean {', '.join(close)}?" if close else \
+            f"it accepts: {', '.join(sorted(known))}" if len(known) <= 30 else f"it accepts {len(known)} others"
+        raise BadInput(f"[{where}] options {unknown} are not accepted by {spec.engine}; {hint}")
+
+
+def preflight(scenario: Scenario, target_source: Path | None = None, taps: list[str] | None = None,
+              reference_source: Path | None = None) -> Path | None:
+    """All checks for one probe or diagnosis; returns the resolved target source."""
+    if not isinstance(scenario, Scenario):
+        raise ScenarioError("no scenario")
+    source = check_target_source(scenario.target.engine, target_source)
+    adapter(scenario.reference.engine)
+    config = model_config(scenario.model)
+    check_limits(scenario, config)
+    check_taps(taps, config)
+    check_options(scenario.target, source, "target")
+    check_options(scenario.reference, reference_source, "reference")
+    return source
