@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from tools import progress
 from tools.errors import AGREE, DIVERGED, ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli, writable_dir
 from tools.scenario import Scenario, ScenarioError
 
@@ -170,6 +171,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--config", type=Path, help="TOML file of RunConfig fields (budgets, timeouts)")
     ap.add_argument("--out", type=Path, help="output dir (default out/<issue>)")
     ap.add_argument("--json", action="store_true", help="print report.json to stdout")
+    ap.add_argument("--quiet", action="store_true", help="no progress on stderr (the live line and the stage lines)")
     args = ap.parse_args(argv)
     if (args.issue is None) == (args.issue_file is None):
         ap.error("give exactly one of --issue N or --issue-file FILE")
@@ -325,8 +327,8 @@ def _main(argv: list[str] | None) -> int:
         checked_scenario(inputs, cfg.llm)
         out = writable_dir(args.out or Path("out") / inputs.issue)
         write_args(out, args, cfg)
-        with console.status(f"diagnosing issue {inputs.issue}…"):
-            report = diagnose(inputs, cfg, out, progress_printer(console))
+        with progress.live(quiet=args.quiet, console=console), progress.task(f"diagnosing issue {inputs.issue}"):
+            report = diagnose(inputs, cfg, out, None if args.quiet else progress_printer(console))
     return finish(report, out, args.json, console)
 
 

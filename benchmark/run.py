@@ -38,6 +38,7 @@ from pathlib import Path
 from benchmark.build import build_case_repo, read_commit_map
 from benchmark.cases import Case, CaseError, case_input, load_case, load_cases, load_truth
 from benchmark.score import CaseScore, score_case, summarize
+from tools import progress as status
 from tools.errors import EPILOG, BadInput, run_cli, writable_dir
 
 AGENTS = {
@@ -214,8 +215,8 @@ def run_benchmark(cfg: RunConfig) -> dict:
     write_json(cfg.out / "args.json", run_record(cfg, cases))
     jobs = make_jobs(cases, cfg)
     execute = execute_ray if cfg.ray else execute_local
-    progress = _progress(len(jobs))
-    results = execute(jobs, cfg.workers, progress)
+    with status.task("benchmark cases done", total=len(jobs)) as line:
+        results = execute(jobs, cfg.workers, _progress(len(jobs), line))
     scores = [_score(case, truths[case.id], results, cfg) for case in cases]
     out = results_record(cfg, scores)
     write_json(cfg.out / "results.json", out)
@@ -232,11 +233,13 @@ def _score(case: Case, truth, results: list[dict], cfg: RunConfig) -> CaseScore:
     return score_case(case.id, case.category, case.subject, [r["report"] for r in mine], truth, commits)
 
 
-def _progress(total: int) -> Callable[[dict], None]:
+def _progress(total: int, line=None) -> Callable[[dict], None]:
     done = [0]
 
     def report(result: dict) -> None:
         done[0] += 1
+        if line is not None:
+            line.advance(result["case"])
         rep = result["report"]
         status = f"error: {rep['error'][:120]}" if rep.get("error") else f"{len(rep.get('hypotheses') or [])} hypotheses"
         print(f"[{done[0]}/{total}] {result['case']} #{result['sample']}: {status}", file=sys.stderr, flush=True)
@@ -340,6 +343,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
     ap.add_argument("--out", type=Path, help="output folder (required unless --list)")
+    ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     args = ap.parse_args(argv)
     if not args.list and args.out is None:
         ap.error("--out DIR is required (or --list)")
@@ -358,7 +362,8 @@ def _main(argv: list[str] | None) -> int:
             return 0
         cfg = RunConfig(out=args.out, cases=tuple(args.cases), cases_dir=args.cases_dir, agent=args.agent,
                         llm=args.llm, workers=args.workers, ray=args.ray, samples=args.samples)
-        results = run_benchmark(cfg)
+        with status.live(quiet=args.quiet):
+            results = run_benchmark(cfg)
     except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:   # CaseError, RunConfig: ValueError
         raise BadInput(str(e)) from None
     o = results["overall"]

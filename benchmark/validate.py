@@ -31,6 +31,7 @@ from typing import Any
 from benchmark.build import BuildError, build_case_repo, git, read_commit_map
 from benchmark.cases import (BUNDLED_CASES_DIR, Case, CaseError, Truth, case_folders, check_issue_numbers,
                              load_case, load_truth)
+from tools import progress
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import Scenario
 
@@ -192,6 +193,7 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("cases", nargs="*", help="case ids or folders (default: every case in --cases-dir)")
     ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
     ap.add_argument("--oracle", default=DEFAULT_ORACLE, help=f"module:function (default {DEFAULT_ORACLE})")
+    ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     args = ap.parse_args(argv)
     cases_dir = (args.cases_dir or BUNDLED_CASES_DIR).resolve()
     try:
@@ -200,9 +202,10 @@ def _main(argv: list[str] | None) -> int:
     except (ValidationError, CaseError) as e:
         raise BadInput(str(e)) from None
     verdicts = []
-    for folder in folders:
-        verdicts.append(validate_case(folder, oracle))
-        print(verdicts[-1].line(), flush=True)
+    with progress.live(quiet=args.quiet):
+        for folder in progress.each(folders, "validating cases", lambda f: f.name):
+            verdicts.append(validate_case(folder, oracle))
+            print(verdicts[-1].line(), flush=True)
     for v in duplicate_issue_numbers(folders, verdicts, cases_dir):
         print(v.line(), flush=True)
         verdicts = [v if old.case == v.case else old for old in verdicts]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
+from tools import progress
 from tools.gitrepo import CommitInfo, commit_diff, commit_info, first_parent_range, temporary_worktree
 
 VERDICTS = ("good", "bad", "skip")
@@ -152,7 +153,8 @@ def bisect_commits(repo_path: str | Path, good: str, bad: str, oracle: Oracle, *
     trials: list[Trial] = []
 
     def vote(i: int) -> None:
-        seen.setdefault(i, []).append(_vote(repo_path, chain[i].sha, oracle, budget, trials))
+        with progress.task(f"bisect step {len(trials) + 1}: commit {i}/{n} {chain[i].sha[:10]}"):
+            seen.setdefault(i, []).append(_vote(repo_path, chain[i].sha, oracle, budget, trials))
 
     def settle(i: int) -> None:
         while not settled(seen.get(i, []), budget):

@@ -98,7 +98,9 @@ def reference_checkpoint(scenario) -> Path:
 def write_checkpoint(model: dict, out: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils.logging import disable_progress_bar
 
+    disable_progress_bar()          # no "Writing model shards" bar in the middle of a probe's output
     config = AutoConfig.for_model(model["arch"], **model_config_keys(model))
     torch.manual_seed(int(model.get("seed", 0)))
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

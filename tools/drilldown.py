@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tools import compare
 from tools import taps as tapnames
-from tools.engines import get_engine
+from tools.engines import engine_capabilities
 from tools.engines.runner import EngineRunError
 from tools.evidence import DrillDown, Reproduction
 from tools.probe import Prober, ProbeResult
@@ -58,7 +58,7 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) 
 def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]) -> str | None:
     """Bisect the swappable kernels with native twins; None when no kernel explains it."""
     try:
-        kernels = list(get_engine(repro.scenario.target.engine).capabilities(repro.scenario.target).kernels)
+        kernels = list(engine_capabilities(repro.scenario.target, source).kernels)   # the tree under test's
     except Exception as e:       # an adapter that cannot list kernels is not fatal
         evidence.append(f"kernel list unavailable: {e}")
         return None

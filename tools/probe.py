@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import compare
+from tools import compare, progress
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.engines.protocol import RunJob
@@ -81,7 +81,8 @@ class Prober:
                      device=self.device, native_kernels=list(native_kernels),
                      coverage_root=str(source) if coverage and source else None)
         self.engine_runs += 1
-        return run_engine(job, source, timeout=self.timeout)
+        with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
+            return run_engine(job, source, timeout=self.timeout)
 
     def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
                       source: Path | None, taps=None) -> Trace:
@@ -93,7 +94,8 @@ class Prober:
             job = RunJob(scenario, spec, checkpoint, teacher=teacher,
                          taps=taps, device=self.device)
             self.engine_runs += 1
-            self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
+            with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
+                self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
         return self._reference_cache[key]
 
     def probe(self, scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
@@ -213,6 +215,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m tools.probe", description=__doc__.split("\n")[0], epilog=EPILOG)
     ap.add_argument("--scenario", required=True, type=Path)
     ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
+    ap.add_argument("--engine", help="target engine: a registered name or module:Class (docs/engines.md)")
     ap.add_argument("--reference", help="ENGINE[::k=v,...] overriding [reference] (it runs in float64 and the "
                                         "target's dtype)")
     ap.add_argument("--target-source", type=Path, help="source tree under test: the folder holding the engine's "
@@ -220,6 +223,7 @@ def parse_args(argv):
     ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all); each must match a tap")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     return ap.parse_args(argv)
 
 
@@ -234,6 +238,8 @@ def scenario_from_args(args) -> tuple[Scenario, Path | None]:
         if len(args.reference.split(":")) > 1 and args.reference.split(":")[1]:
             check_reference_dtype(spec.dtype)
         sc = sc.with_reference(engine=spec.engine, options=spec.options)
+    if args.engine:
+        sc = sc.with_target(engine=args.engine)
     return sc, preflight(sc, args.target_source, args.taps)
 
 
@@ -241,7 +247,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     sc, source = scenario_from_args(args)
     try:
-        result = Prober(device=args.device).probe(sc, source, taps=args.taps)
+        with progress.live(quiet=args.quiet):
+            result = Prober(device=args.device).probe(sc, source, taps=args.taps)
     except EngineRunError as e:
         if e.log:
             print(e.log[-2000:], file=sys.stderr)

@@ -109,9 +109,49 @@ def divergence_series(stats, requests: list[int] | None = None) -> dict[int, lis
     return out
 
 
-def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_tap: str | None = None) -> bool:
-    """Error ratio along execution order for the diverging requests, with the threshold line.
-    False (nothing written) when there is nothing to plot."""
+def plot_title(report: dict, probe) -> str:
+    """'Issue 1201: tinyserve bfloat16 vs transformers' + the trigger and first divergence. Pure."""
+    target = getattr(getattr(probe, "target", None), "engine", None) or "target"
+    head = f"Issue {report.get('issue', '?')}: {target} {probe.dtype} vs the reference"
+    trigger = report.get("trigger") or "the scenario as given"
+    first = probe.first
+    where = f"first divergence at {first.tap} (ratio {first.ratio:.3g})" if first is not None else "no tap diverges"
+    return f"{head}\ntrigger: {trigger}; {where}"
+
+
+def layer_bands(taps: list[str]) -> list[tuple[int, int, int]]:
+    """Taps in execution order -> [(layer, first index, last index)] for each run of one layer. Pure."""
+    from tools import taps as tapnames
+    bands: list[tuple[int, int, int]] = []
+    for i, tap in enumerate(taps):
+        layer = tapnames.split(tap)[0]
+        if layer is None:
+            continue
+        if bands and bands[-1][0] == layer and bands[-1][2] == i - 1:
+            bands[-1] = (layer, bands[-1][1], i)
+        else:
+            bands.append((layer, i, i))
+    return bands
+
+
+MAX_TAP_LABELS = 90      # beyond this many taps, label layers instead of taps
+MAX_LAYER_LABELS = 24
+
+
+def tap_ticks(taps: list[str]) -> tuple[list[int], list[str]]:
+    """x ticks: every tap by its name within the layer, or (many taps) every k-th layer's start. Pure."""
+    from tools import taps as tapnames
+    if len(taps) <= MAX_TAP_LABELS:
+        return list(range(len(taps))), [tapnames.split(t)[1] for t in taps]
+    bands = layer_bands(taps)
+    every = -(-len(bands) // MAX_LAYER_LABELS)
+    return [lo for _, lo, _ in bands[::every]], [f"layer {layer}" for layer, _, _ in bands[::every]]
+
+
+def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_tap: str | None = None,
+                    title: str | None = None) -> bool:
+    """Error ratio along execution order for the diverging requests, with the threshold line, the
+    layers shaded and the first divergence marked. False (nothing written) when there is nothing to plot."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -120,20 +160,31 @@ def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_
     series = divergence_series(stats, requests)
     if not series:
         return False
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for request, points in series.items():
-        ax.plot(range(len(points)), [max(r, 1e-3) for _, r in points], marker=".", label=f"request {request}")
     taps = [t for t, _ in next(iter(series.values()))]
-    ax.axhline(compare.THRESHOLD, color="red", linestyle="--", label=f"threshold {compare.THRESHOLD:g}")
+    fig, ax = plt.subplots(figsize=(min(16, max(10, 0.16 * len(taps))), 5.2))
+    for k, (layer, lo, hi) in enumerate(layer_bands(taps)):
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.93" if k % 2 == 0 else "white", zorder=0)
+        if len(taps) <= MAX_TAP_LABELS:      # small model: the layer above its band, tap names below
+            ax.text((lo + hi) / 2, 1.01, f"layer {layer}", transform=ax.get_xaxis_transform(), ha="center",
+                    va="bottom", fontsize=8, color="0.35")
+    for request, points in series.items():
+        ax.plot([taps.index(t) for t, _ in points if t in taps], [max(r, 1e-3) for t, r in points if t in taps],
+                marker=".", linewidth=1.2, label=f"request {request}", zorder=3)
+    ax.axhline(compare.THRESHOLD, color="red", linestyle="--", linewidth=1, label=f"threshold {compare.THRESHOLD:g}")
     if first_tap in taps:
-        ax.axvline(taps.index(first_tap), color="gray", linestyle=":", label=f"first divergence {first_tap}")
-    step = max(1, len(taps) // 24)
-    ax.set_xticks(range(0, len(taps), step), taps[::step], rotation=70, fontsize=6)
+        ax.axvline(taps.index(first_tap), color="black", linestyle=":", linewidth=1.2,
+                   label=f"first divergence: {first_tap}")
+    ax.set_xticks(*tap_ticks(taps), rotation=90, fontsize=7)
+    ax.set_xlim(-0.5, len(taps) - 0.5)
     ax.set_yscale("log")
-    ax.set_ylabel("error ratio (target / reference noise)")
-    ax.legend(fontsize=7)
+    ax.grid(axis="y", which="major", color="0.85", linewidth=0.6)
+    ax.set_xlabel("tap, in execution order", fontsize=9)
+    ax.set_ylabel("error ratio: target error / reference noise (log)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left", pad=16)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
 
@@ -148,6 +199,6 @@ def write_report(report: dict, out_dir: str | Path, probe=None) -> dict[str, Pat
     if probe is not None and getattr(probe, "stats", None):
         first = probe.first.tap if probe.first is not None else None
         requests = probe.first.requests if probe.first is not None else None
-        if plot_divergence(probe.stats, out_dir / "divergence.png", requests, first):
+        if plot_divergence(probe.stats, out_dir / "divergence.png", requests, first, plot_title(report, probe)):
             paths["png"] = out_dir / "divergence.png"
     return paths

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from tools import progress
 from tools.checkpoints import ensure_checkpoint
 from tools.engines.runner import EngineRunError
 from tools.evidence import Reproduction, Trial
@@ -148,7 +149,7 @@ def reproduce(scenario: Scenario, prober: Prober, target_source: Path | None, *,
     found = _try(scenario, "as given", prober, target_source, trials)
     if found is None:
         vocab = vocab_size(scenario)
-        for v in _ordered(variants(scenario), order):
+        for v in progress.each(_ordered(variants(scenario), order), "trigger variants", lambda v: v.name):
             if prober.engine_runs - start >= budget_runs:
                 break
             found = _try(v.apply(scenario, vocab), v.description, prober, target_source, trials)

@@ -34,9 +34,10 @@ class EngineRunError(RuntimeError):
 
 def worker_env(source_root: str | Path | None, threads: int | None = None) -> dict:
     env = dict(os.environ)
-    paths = [str(source_root)] if source_root else []
+    paths = [str(Path(source_root).resolve())] if source_root else []   # the worker runs in another cwd
     paths += _release_dependency_paths(source_root)   # an old transformers release's own dependencies
     paths.append(str(DIFFDX_ROOT))
+    paths += [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # adapters (docs/engines.md)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,4 +1,5 @@
-"""Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`."""
+"""Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
+`python -m tools.engines.worker --capabilities SPEC_JSON` (prints the engine's Capabilities as JSON)."""
 from __future__ import annotations
 
 import json
@@ -30,6 +31,23 @@ def function_coverage(root: str | None):
         sys.setprofile(None)
 
 
+def quiet_third_party() -> None:
+    """No download/loading progress bars or advisory warnings in the run's log: it is shown on failure."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def capabilities(spec_json: str) -> int:
+    from dataclasses import asdict
+
+    from tools.engines import get_engine
+    from tools.scenario import EngineSpec
+
+    spec = EngineSpec(**json.loads(spec_json))
+    print(json.dumps(asdict(get_engine(spec.engine).capabilities(spec))))
+    return 0
+
+
 def main(job_path: str, out_dir: str) -> int:
     import torch
 
@@ -48,4 +66,11 @@ def main(job_path: str, out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    from tools.engines import UnknownEngineError
+
+    quiet_third_party()
+    try:
+        sys.exit(capabilities(sys.argv[2]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
+    except UnknownEngineError as e:         # a one-line error, not a traceback, in the caller's message
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
