@@ -109,8 +109,10 @@ class Prober:
 
 def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -> ProbeResult:
     """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
+    from tools.sampler_taps import sampler_stats
+
     dtype = scenario.target.dtype
-    stats = compare.tap_stats(align(target, low, high), dtype)
+    stats = compare.tap_stats(align(target, low, high), dtype) + sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
