@@ -92,8 +92,15 @@ def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> 
                      "runs": len(mine), "imported": sorted({r["imported"] for r in mine if r.get("imported")})}
     tree = str(target_source) if target_source else None
     out["target"]["runs_in_other_trees"] = sum(1 for r in runs if r["role"] == "target" and r["source"] != tree)
+    # an engine imported from outside the tree it was pointed at is not the engine under test
+    out["target"]["outside_source"] = sorted({r["imported"] for r in runs if r["role"] == "target" and r["source"]
+                                              and r.get("imported") and not _inside(r["imported"], r["source"])})
     out["target_source"] = source_tree(target_source)
     return out
+
+
+def _inside(file: str, root: str) -> bool:
+    return Path(file).resolve().is_relative_to(Path(root).resolve())
 
 
 def source_tree(path: Path | None) -> dict:

@@ -5,30 +5,11 @@ under test: the comparison must see through bf16 noise at the cuts without hidin
 """
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
-from tools.engines.tinyserve import SUBJECT_ROOT
+from tests.faults import MIN_P_HALVED, TOP_K_OFF_BY_ONE, buggy_tinyserve
 from tools.probe import Prober
 from tools.scenario import from_dict
-
-SAMPLER = Path("tinyserve/layers/sampler.py")
-TOP_K_OFF_BY_ONE = ("kth = sorted_desc.gather(1, (top_k - 1).clamp(min=0).unsqueeze(1))",
-                    "kth = sorted_desc.gather(1, top_k.clamp(max=logits.shape[-1] - 1).unsqueeze(1))")
-MIN_P_HALVED = ("threshold = min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
-                "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)")
-
-
-def buggy_tinyserve(dest: Path, old: str, new: str) -> Path:
-    """A copy of the pristine tinyserve with one edit in its sampler; returns the tree's root."""
-    shutil.copytree(SUBJECT_ROOT / "tinyserve", dest / "tinyserve")
-    path = dest / SAMPLER
-    text = path.read_text()
-    assert old in text, "the sampler changed: update the fault"
-    path.write_text(text.replace(old, new))
-    return dest
 
 
 def sampled(dtype: str, **sampling) -> dict:
