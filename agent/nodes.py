@@ -50,7 +50,7 @@ class Stages(Protocol):
     def variant_names(self, scenario: Scenario) -> list: ...
 
     def reproduce(self, scenario: Scenario, prober, target_source: Path | None, *, budget_runs: int,
-                  order: list[str] | None) -> Reproduction: ...
+                  order: list[str] | None, issue_text: str | None = None) -> Reproduction: ...
 
     def drill_down(self, repro: Reproduction, prober, target_source: Path | None) -> DrillDown: ...
 
@@ -70,9 +70,10 @@ class ToolStages:
         from tools.triggers import variant_names
         return variant_names(scenario)
 
-    def reproduce(self, scenario, prober, target_source, *, budget_runs, order):
+    def reproduce(self, scenario, prober, target_source, *, budget_runs, order, issue_text=None):
         from tools.triggers import reproduce
-        return reproduce(scenario, prober, target_source, budget_runs=budget_runs, order=order)
+        return reproduce(scenario, prober, target_source, budget_runs=budget_runs, order=order,
+                         issue_text=issue_text)
 
     def drill_down(self, repro, prober, target_source):
         from tools.drilldown import drill_down
@@ -103,6 +104,7 @@ class Session:
     llm: "LLM | None" = None
     started: float = field(default_factory=time.monotonic)
     scenario: Scenario | None = None        # set by triage, for the LLM's run_variant tool
+    issue_text: str | None = None           # set by intake: judges whether a variant's divergence is the issue's
     variant_tool_calls: int = 0
 
     def budget_spent(self) -> str | None:
@@ -139,6 +141,7 @@ def intake(state: DiagnosisState, session: Session) -> dict:
     text = state.get("issue_text") or ""
     if not text.strip() and state.get("repro") is None:
         return {"error": "the issue is empty and there is no repro: nothing to diagnose"}
+    session.issue_text = text
     return {"issue_text": text, "notes": [f"issue {state.get('issue', '?')}: {len(text)} characters"]}
 
 
@@ -160,8 +163,9 @@ def reproduce(state: DiagnosisState, session: Session) -> dict:
     order = session.policy.order_triggers(scenario, {"issue": state.get("issue_text", "")}, names)
     budget = min(session.config.trigger_runs, session.runs_left())
     repro = session.stages.reproduce(scenario, session.prober, session.target_source,
-                                     budget_runs=budget, order=order or None)
-    return {"reproduction": repro, "error": repro.error if not repro.reproduced else None}
+                                     budget_runs=budget, order=order or None, issue_text=state.get("issue_text") or "")
+    notes = [f"side finding (not the reported issue): {f.trigger}: {f.why}" for f in repro.side_findings]
+    return {"reproduction": repro, "error": repro.error if not repro.reproduced else None, "notes": notes}
 
 
 def localize(state: DiagnosisState, session: Session) -> dict:
@@ -200,7 +204,7 @@ def verify(state: DiagnosisState, session: Session) -> dict:
 
 
 def report(state: DiagnosisState, session: Session) -> dict:
-    from tools.report import build_report
+    from tools.report import build_report, what_ran
     cost = {"engine_runs": session.prober.engine_runs,
             "llm_calls": session.llm.usage.calls if session.llm else 0,
             "tokens_in": session.llm.usage.tokens_in if session.llm else 0,
@@ -208,7 +212,8 @@ def report(state: DiagnosisState, session: Session) -> dict:
             "wall_s": round(time.monotonic() - session.started, 3)}
     extras = {"llm_fallbacks": list(session.policy.fallbacks), "path": state.get("path", []) + ["report"],
               "error": state.get("error"), "stopped": state.get("stopped"), "notes": state.get("notes", []),
-              "llm": session.config.llm, "model": getattr(session.llm, "model", None)}
+              "llm": session.config.llm, "model": getattr(session.llm, "model", None),
+              "ran": what_ran(getattr(session.prober, "runs", []), session.prober.engine_runs, session.target_source)}
     return {"report": build_report(state.get("issue", ""), state.get("reproduction"), state.get("drill"),
                                    state.get("culprit"), state.get("hypotheses") or [], cost, extras)}
 
@@ -229,8 +234,9 @@ def variant_runner(session: Session, scenario: Scenario) -> Callable[[str], str]
             return "error: the engine-run budget is spent"
         session.variant_tool_calls += 1
         repro = session.stages.reproduce(scenario, session.prober, session.target_source,
-                                         budget_runs=VARIANT_TOOL_RUNS, order=[name])
+                                         budget_runs=VARIANT_TOOL_RUNS, order=[name], issue_text=session.issue_text)
         return "\n".join(f"{t.description}: {'DIVERGES' if t.diverged else 'agrees'}; {t.summary}"
+                         + (f" (not as the issue describes: {t.off_issue})" if getattr(t, "off_issue", None) else "")
                          for t in repro.trials) or "nothing ran"
     return run
 

@@ -9,7 +9,9 @@ Writes DIR/report.json (DESIGN.md §5), DIR/report.md, DIR/divergence.png and DI
 (default DIR: out/<issue>). Progress goes to stderr. Exit status (tools/errors.py): 0 not
 reproduced, 1 diagnosed (reproduced), 2 bad input (malformed repro or issue, unknown issue
 number, bad path or flag), 3 environment failure (a stage or engine failed, GitHub unreachable,
-output folder not writable). `--config` is a TOML file of RunConfig fields (budgets, timeouts).
+output folder not writable), 4 not reproduced as reported, but the trigger search found another
+divergence (a side finding, diagnosed in the report as such; report.json `diagnosis_of` =
+"side finding"). `--config` is a TOML file of RunConfig fields (budgets, timeouts).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tools import progress
-from tools.errors import AGREE, DIVERGED, ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli, writable_dir
+from tools.errors import AGREE, DIVERGED, ENVIRONMENT, EPILOG, SIDE_FINDING, BadInput, EnvironmentFailure, run_cli, writable_dir
 from tools.scenario import Scenario, ScenarioError
 
 LLMS = ("none", "openai")
@@ -295,6 +297,8 @@ def summary_of(node: str, update: dict) -> str:
     """One progress line per node. Pure."""
     if node == "reproduce" and update.get("reproduction") is not None:
         r = update["reproduction"]
+        if r.reproduced and not getattr(r, "on_issue", True):
+            return f"not reproduced as reported; side finding with {r.trigger}"
         return ("reproduced" + (f" with {r.trigger}" if r.trigger else " as given")) if r.reproduced else "not reproduced"
     if node == "localize" and update.get("first_divergence"):
         return f"first divergence at {update['first_divergence']['tap']}"
@@ -345,6 +349,11 @@ def finish(report: dict, out: Path, as_json: bool, console) -> int:
     if report.get("error"):
         console.print(f"[red]error:[/red] {report['error']} (partial report in {out})", highlight=False, soft_wrap=True)
         return ENVIRONMENT
+    if report.get("diagnosis_of") == "side finding":
+        side = report["side_findings"][0]
+        console.print(f"not reproduced as reported; another divergence was found while searching "
+                      f"({side['trigger']}: {side['why']}); report in {out}", highlight=False, soft_wrap=True)
+        return SIDE_FINDING
     if not report.get("reproduced"):
         console.print(f"not reproduced; report in {out}", highlight=False, soft_wrap=True)
         return AGREE

@@ -71,3 +71,25 @@ def write_fault(dest: Path, template: str, arch: str, **values) -> Path:
     code = template.format(arch=arch, cls=CLASS_PREFIX[arch], **values)
     (dest / "sitecustomize.py").write_text(code)
     return dest
+
+
+# --- tinyserve sampler faults: one edit in a copy of the pristine subject --------------------------
+
+TINYSERVE_SAMPLER = Path("tinyserve/layers/sampler.py")
+TOP_K_OFF_BY_ONE = ("kth = sorted_desc.gather(1, (top_k - 1).clamp(min=0).unsqueeze(1))",
+                    "kth = sorted_desc.gather(1, top_k.clamp(max=logits.shape[-1] - 1).unsqueeze(1))")
+MIN_P_HALVED = ("threshold = min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
+                "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)")
+
+
+def buggy_tinyserve(dest: Path, old: str, new: str) -> Path:
+    """A copy of the pristine tinyserve with one edit in its sampler; returns the tree's root."""
+    import shutil
+
+    from tools.engines.tinyserve import SUBJECT_ROOT
+    shutil.copytree(SUBJECT_ROOT / "tinyserve", dest / "tinyserve")
+    path = dest / TINYSERVE_SAMPLER
+    text = path.read_text()
+    assert old in text, "the sampler changed: update the fault"
+    path.write_text(text.replace(old, new))
+    return dest

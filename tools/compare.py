@@ -85,6 +85,15 @@ def robust_ratio(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
 # logits after top-k/top-p, vLLM-style engines before): compared on the entries finite in both;
 # truncation itself is judged on `sampler.probs`.
 MASK_TOLERANT = ("sampler.logits",)
+# Taps judged as sampling (kept sets, see `kept_set_error`), not by a per-element error ratio: a
+# token near a top-k / top-p / min-p cut flips in or out under any rounding noise.
+SAMPLING_JUDGED = ("sampler.probs", "sampler.token")
+# Logit noise of a sampler's own arithmetic (fp32 softmax / cumsum over the vocab), and the floor
+# of its probabilities' relative error: engines run the sampler in fp32 whatever the model dtype.
+SAMPLER_EPS = 1e-4
+SAMPLER_FLOOR = NOISE_FLOOR["float32"]
+# A token this improbable under the loosest kept set cannot be told kept from dropped by sampling.
+PROB_FLOOR = 1e-9
 
 
 def common_finite(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor):
@@ -94,13 +103,46 @@ def common_finite(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor):
 
 
 def tap_stats(aligned: list[Aligned], dtype: str) -> list[TapStat]:
+    """Ratio statistics of the taps compared element-wise (the sampling-judged ones are skipped)."""
     floor = NOISE_FLOOR[dtype]
     stats = []
     for a in aligned:
+        if a.tap in SAMPLING_JUDGED:
+            continue
         t, r, y = common_finite(a.t, a.r, a.y) if a.tap in MASK_TOLERANT else (a.t, a.r, a.y)
         ratio, err_t, err_r, nonfinite = robust_ratio(t, r, y, floor)
         stats.append(TapStat(a.tap, a.request, a.positions, a.steps, ratio, err_t, err_r, nonfinite))
     return stats
+
+
+def kept_set_error(t_probs: torch.Tensor, x: torch.Tensor, sure: torch.Tensor, maybe: torch.Tensor):
+    """One sampled row, judged as sampling: [V] target probabilities, [V] the sampler input they came
+    from (after penalties / temperature), [V] bool kept bounds of the reference sampler on that input
+    -> (error, number of tokens kept or dropped against the reference beyond its noise margin).
+
+    The reference distribution is the softmax of `x` over the surely kept tokens plus the undecided
+    ones the target kept; error = relative L2 distance to it + the share of decided mismatches
+    (each a logic difference in the cut, however small its mass). 0 for a correct sampler."""
+    x, t = x.double(), t_probs.double()
+    if not bool(torch.isfinite(t).all()):
+        return NONFINITE_ERROR, 0
+    t_kept = t > 0
+    loose = torch.softmax(x.masked_fill(~maybe, float("-inf")), -1)
+    observable = loose > PROB_FLOOR
+    wrong = ((t_kept & ~maybe & (t > PROB_FLOOR)) | (~t_kept & sure & observable)).sum()
+    keep = sure | (maybe & t_kept)
+    s = torch.softmax(x.masked_fill(~keep, float("-inf")), -1)
+    err = float((t - s).norm() / s.norm()) + float(wrong) / max(1, int(keep.sum()))
+    return err, int(wrong)
+
+
+def sampling_stat(tap: str, request: int, positions: list[int], steps: list[int], errors: list[float],
+                  nonfinite: bool = False) -> TapStat:
+    """Per-row sampling errors (`kept_set_error`, or 0/1 for a token outside the kept set) as a TapStat
+    whose ratio is measured against the sampler's own noise floor."""
+    err = torch.tensor(errors, dtype=torch.float64)
+    floor = torch.full_like(err, SAMPLER_FLOOR)
+    return TapStat(tap, request, positions, steps, err / SAMPLER_FLOOR, err, floor, nonfinite)
 
 
 def first_divergence(stats: list[TapStat], threshold: float = THRESHOLD) -> Divergence | None:

@@ -5,6 +5,8 @@
     2  bad input: a path, pattern, option, scenario or issue that cannot be used as given
     3  environment failure: an engine process crashed or timed out, a host could not be reached,
        an output folder could not be written
+    4  (agent.run) not reproduced as reported, but the trigger search found another divergence
+       that the issue does not describe (a side finding, reported as such)
 
 Each CLI's `main` runs inside `run_cli`, which turns a `DiffdxError` (and a few stdlib errors
 that only ever mean bad input or a broken environment) into `error: <one line>` on stderr and
@@ -20,10 +22,12 @@ AGREE = 0           # also: not reproduced, finished
 DIVERGED = 1        # also: diagnosed, validation failed
 BAD_INPUT = 2
 ENVIRONMENT = 3
+SIDE_FINDING = 4    # agent.run: the reported trigger agrees, another variant diverged
 
 EPILOG = ("exit status: 0 agree / not reproduced / done, 1 diverged / diagnosed, "
           "2 bad input (path, option, scenario, issue), 3 environment failure "
-          "(engine crash or timeout, network, unwritable output)")
+          "(engine crash or timeout, network, unwritable output); agent.run: 4 not reproduced as "
+          "reported, another divergence found while searching (a side finding)")
 
 
 class DiffdxError(Exception):

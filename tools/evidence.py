@@ -20,6 +20,17 @@ class Trial:
     diverged: bool
     summary: str
     engine_runs: int = 0
+    off_issue: str | None = None   # it diverged, but not as the issue describes: why (tools.triggers.off_issue)
+    dtype: str = ""
+
+
+@dataclass
+class SideFinding:
+    """A divergence the trigger search found that the issue does not describe."""
+    trigger: str                # the variant that diverged
+    why: str                    # what the issue does not describe
+    summary: str                # the probe's one-line verdict
+    first_divergence: dict | None = None
 
 
 @dataclass
@@ -32,6 +43,10 @@ class Reproduction:
     precision: str | None = None             # "logic" (persists in fp32) | "precision" (vanishes) | None
     error: str | None = None                 # why nothing could be run, if so
     baseline: Scenario | None = None         # a nearby scenario where the engines agree (spectrum evidence)
+    # `reproduced` says the engines diverge on `scenario`; `on_issue` whether that divergence is the
+    # reported one (as given, or a trigger the issue describes) or a side finding diagnosed instead
+    on_issue: bool = True
+    side_findings: list[SideFinding] = field(default_factory=list)
 
 
 @dataclass

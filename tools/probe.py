@@ -73,6 +73,7 @@ class Prober:
         self.timeout = timeout
         self.device = device
         self.engine_runs = 0
+        self.runs: list[dict] = []          # what each engine run was: role, engine, dtype, source, imported from
         self._reference_cache: dict[str, Trace] = {}
 
     def run_target(self, scenario: Scenario, source: Path | None, taps=None, native_kernels=(),
@@ -82,7 +83,7 @@ class Prober:
                      coverage_root=str(source) if coverage and source else None)
         self.engine_runs += 1
         with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
-            return run_engine(job, source, timeout=self.timeout)
+            return self._logged("target", job, source, run_engine(job, source, timeout=self.timeout))
 
     def run_reference(self, scenario: Scenario, dtype: str, teacher: list[list[int]],
                       source: Path | None, taps=None) -> Trace:
@@ -95,8 +96,15 @@ class Prober:
                          taps=taps, device=self.device)
             self.engine_runs += 1
             with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
-                self._reference_cache[key] = run_engine(job, source, timeout=self.timeout)
+                self._reference_cache[key] = self._logged("reference", job, source,
+                                                          run_engine(job, source, timeout=self.timeout))
         return self._reference_cache[key]
+
+    def _logged(self, role: str, job: RunJob, source: Path | None, trace: Trace) -> Trace:
+        """Record what ran (a failed run raises before this and is not a run that answered)."""
+        self.runs.append({"role": role, "engine": job.spec.engine, "dtype": job.spec.dtype,
+                          "source": str(source) if source else None, "imported": imported_from(trace.meta)})
+        return trace
 
     def probe(self, scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None,
               taps=None, native_kernels=(), coverage: bool = False) -> ProbeResult:
@@ -111,10 +119,20 @@ class Prober:
         return result
 
 
+def imported_from(meta: dict) -> str | None:
+    """The engine package file the worker imported, as its adapter reports it (`source`, `<pkg>_file`)."""
+    for key, value in meta.items():
+        if (key == "source" or key.endswith("_file")) and isinstance(value, str):
+            return value
+    return None
+
+
 def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -> ProbeResult:
     """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
+    from tools.sampler_taps import sampler_stats
+
     dtype = scenario.target.dtype
-    stats = compare.tap_stats(align(target, low, high), dtype)
+    stats = compare.tap_stats(align(target, low, high), dtype) + sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])

@@ -3,10 +3,19 @@
 `build_report` turns the stage outputs into the §5 dict (exactly its keys, plus the allowed
 extras: trigger, precision, trials, bisection, drill_down, llm_fallbacks, …); `write_report`
 writes the three files. `check_report` lists every way a dict breaks the contract (pure).
+
+Honesty: `reproduced` is true only when the *reported* issue reproduces (as given, or with a
+trigger the issue describes). A divergence the trigger search found elsewhere is a side finding:
+`diagnosis_of` says which of the two the rest of the report is about ("reported issue", "side
+finding" or null) and `side_findings` lists every one. `ran` says what ran: engines, dtypes,
+source tree and commit, runs that answered or failed; report.md claims agreement only over runs
+that answered, and says so when nothing ran.
 """
 from __future__ import annotations
 
 import json
+import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -36,22 +45,32 @@ def first_divergence(repro: Reproduction | None) -> dict | None:
     return probe.first.to_dict()
 
 
+def diagnosis_of(repro: Reproduction | None) -> str | None:
+    """What the divergence the report describes is: the user's issue, a side finding, or nothing."""
+    if repro is None or not repro.reproduced:
+        return None
+    return "reported issue" if repro.on_issue else "side finding"
+
+
 def build_report(issue: str, repro: Reproduction | None, drill: DrillDown | None, culprit: Culprit | None,
                  hypotheses: list[Hypothesis], cost: dict, extras: dict | None = None) -> dict:
     """Stage outputs -> the §5 report dict (extras appended after the contract's keys)."""
     report = {
         "issue": str(issue),
-        "reproduced": bool(repro and repro.reproduced),
+        "reproduced": diagnosis_of(repro) == "reported issue",
         "first_divergence": first_divergence(repro),
         "kernel": drill.kernel if drill else None,
         "commit": {"sha": culprit.sha, "subject": culprit.subject} if culprit else None,
         "hypotheses": [hypothesis_dict(h, i) for i, h in enumerate(hypotheses[:MAX_HYPOTHESES], 1)],
         "cost": {key: cost.get(key, 0) for key in COST_KEYS},
     }
+    report["diagnosis_of"] = diagnosis_of(repro)
     if repro is not None:
-        report.update(trigger=repro.trigger, precision=repro.precision,
+        report.update(trigger=repro.trigger if repro.on_issue else None, precision=repro.precision,
+                      side_findings=[asdict(f) for f in repro.side_findings],
                       trials=[{"description": t.description, "diverged": t.diverged, "summary": t.summary,
-                               "engine_runs": t.engine_runs} for t in repro.trials])
+                               "engine_runs": t.engine_runs, "dtype": t.dtype, "off_issue": t.off_issue}
+                              for t in repro.trials])
         report["tokens"] = {str(k): v for k, v in (repro.probe.tokens if repro.probe else {}).items()}
     if drill is not None:
         report["drill_down"] = {"tap": drill.tap, "layer": drill.layer, "component": drill.component,
@@ -61,6 +80,41 @@ def build_report(issue: str, repro: Reproduction | None, drill: DrillDown | None
                                "tested": [list(t) for t in culprit.tested], "ambiguous": culprit.ambiguous}
     report.update({k: v for k, v in (extras or {}).items() if k not in report})
     return json.loads(json.dumps(report, default=str))      # plain JSON types only
+
+
+def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> dict:
+    """Prober.runs (one dict per engine run that answered) -> per role: engines, dtypes, runs, the
+    package files imported; plus the target's source tree and its commit. Pure but for `source_tree`."""
+    out = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
+    for role in ("target", "reference"):
+        mine = [r for r in runs if r["role"] == role]
+        out[role] = {"engines": sorted({r["engine"] for r in mine}), "dtypes": sorted({r["dtype"] for r in mine}),
+                     "runs": len(mine), "imported": sorted({r["imported"] for r in mine if r.get("imported")})}
+    tree = str(target_source) if target_source else None
+    out["target"]["runs_in_other_trees"] = sum(1 for r in runs if r["role"] == "target" and r["source"] != tree)
+    # an engine imported from outside the tree it was pointed at is not the engine under test
+    out["target"]["outside_source"] = sorted({r["imported"] for r in runs if r["role"] == "target" and r["source"]
+                                              and r.get("imported") and not _inside(r["imported"], r["source"])})
+    out["target_source"] = source_tree(target_source)
+    return out
+
+
+def _inside(file: str, root: str) -> bool:
+    return Path(file).resolve().is_relative_to(Path(root).resolve())
+
+
+def source_tree(path: Path | None) -> dict:
+    """{path, commit, dirty} of the tree the target was imported from (None: the installed package)."""
+    if path is None:
+        return {"path": None, "commit": None, "dirty": None}
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    return {"path": str(path), "commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None}
 
 
 def check_report(report: dict) -> list[str]:
@@ -91,7 +145,9 @@ def render_markdown(report: dict) -> str:
     env = Environment(loader=FileSystemLoader(PROMPTS), undefined=StrictUndefined, keep_trailing_newline=True,
                       trim_blocks=True, lstrip_blocks=True)
     view = {"trigger": None, "precision": None, "trials": [], "bisection": None, "drill_down": None,
-            "llm_fallbacks": [], "error": None, "stopped": None, **report}
+            "llm_fallbacks": [], "error": None, "stopped": None, "diagnosis_of": None, "side_findings": [],
+            "ran": None, **report}
+    view["ran_trials"] = [t for t in view["trials"] if not t["summary"].startswith("engine run failed")]
     return env.get_template("report.md.j2").render(r=view)
 
 

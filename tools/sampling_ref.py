@@ -9,6 +9,8 @@ whose probability is below min_p * max probability). Masked entries are -inf.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -76,3 +78,71 @@ def min_p_mask(x: torch.Tensor, min_p: float) -> torch.Tensor:
         return x
     probs = torch.softmax(x, -1)
     return x.masked_fill(probs < min_p * probs.max(), float("-inf"))
+
+
+# ---- kept sets with a noise margin ---------------------------------------------------------------
+# A cut (top-k, top-p, min-p) is a discontinuity: a logit moved by rounding noise can carry a token
+# across it. `kept_bounds` says, for logits each known only to within ±eps, which tokens every such
+# perturbation keeps (`sure`) and which some perturbation keeps (`maybe`); the rest are surely dropped.
+# Tokens in `maybe` but not in `sure` are undecided: an engine may keep or drop them.
+
+def kept_bounds(x: torch.Tensor, s: dict, eps: float, mass_tol: float = 0.0):
+    """[V] sampler input (after penalties and temperature) -> ([V] sure, [V] maybe) kept under
+    top-k, then top-p, then min-p, for logits known to within ±eps and cut masses to within mass_tol.
+    With eps = mass_tol = 0 both equal the kept set of `truncate_row` (ties aside)."""
+    x = x.double()
+    k_sure, k_maybe = top_k_bounds(x, int(s.get("top_k", 0) or 0), eps)
+    p_sure, p_maybe = top_p_bounds(x, float(s.get("top_p", 1.0)), eps, mass_tol, k_sure, k_maybe)
+    m_sure, m_maybe = min_p_bounds(x, float(s.get("min_p", 0.0) or 0.0), eps)
+    return k_sure & p_sure & m_sure, k_maybe & p_maybe & m_maybe
+
+
+def _mass_above(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """[V] values, [V] weights, [N] thresholds -> [N] sum of w_j over x_j > t_n."""
+    asc, order = torch.sort(x)
+    cum = torch.cat([torch.zeros(1, dtype=w.dtype), torch.cumsum(w[order], 0)])
+    return cum[-1] - cum[torch.searchsorted(asc, t, right=True)]
+
+
+def top_k_bounds(x: torch.Tensor, k: int, eps: float):
+    """[V] -> ([V] sure, [V] maybe): kept iff fewer than k others lie strictly above (ties survive)."""
+    ones = torch.ones_like(x)
+    if k <= 0 or k >= x.shape[-1]:
+        return ones.bool(), ones.bool()
+    self_counted = 1.0 if eps > 0 else 0.0                      # x_i > x_i - 2eps only when eps > 0
+    above_hi = _mass_above(x, ones, x - 2 * eps) - self_counted  # others that may lie above
+    above_lo = _mass_above(x, ones, x + 2 * eps)                 # others surely above
+    return above_hi < k, above_lo < k
+
+
+def top_p_bounds(x: torch.Tensor, p: float, eps: float, mass_tol: float, k_sure: torch.Tensor,
+                 k_maybe: torch.Tensor):
+    """[V] -> ([V] sure, [V] maybe): kept iff the mass of the tokens above it, within the top-k set,
+    is below p. Bounds: the mass above is largest when the tokens within 2eps of it sit above it,
+    rise by eps while the rest fall by eps, and undecided top-k tokens join only the side above."""
+    if p >= 1.0:
+        ones = torch.ones_like(x, dtype=torch.bool)
+        return ones, ones
+    w = torch.exp(x - x.max())
+    ws, wm = w * k_sure, w * k_maybe
+    self_in = (lambda v: v) if eps > 0 else (lambda v: torch.zeros_like(v))
+    above_hi = (_mass_above(x, wm, x - 2 * eps) - self_in(wm)) * math.exp(eps)
+    below_lo = (ws.sum() - _mass_above(x, ws, x - 2 * eps) - (ws - self_in(ws)) + w) * math.exp(-eps)
+    above_lo = _mass_above(x, ws, x + 2 * eps) * math.exp(-eps)
+    below_hi = (wm.sum() - _mass_above(x, wm, x + 2 * eps) - wm + w) * math.exp(eps)
+    hi = above_hi / (above_hi + below_lo)
+    lo = above_lo / (above_lo + below_hi)
+    # the best token always survives; within 2eps of the best, any of them may be the best
+    top_maybe = x >= x.max() - 2 * eps
+    top_sure = top_maybe & (top_maybe.sum() == 1)
+    return (hi + mass_tol < p) | top_sure, (lo - mass_tol < p) | top_maybe
+
+
+def min_p_bounds(x: torch.Tensor, min_p: float, eps: float):
+    """[V] -> ([V] sure, [V] maybe): kept iff p_i >= min_p * p_max, i.e. x_i - x_max >= log(min_p)
+    (the softmax normalisation cancels, so earlier cuts do not move this one)."""
+    if min_p <= 0:
+        ones = torch.ones_like(x, dtype=torch.bool)
+        return ones, ones
+    gap = x - x.max() - math.log(min_p)
+    return gap - 2 * eps >= 0, gap + 2 * eps >= 0

@@ -2,7 +2,11 @@
 
 Real silent bugs hide behind a trigger: a batch of two or more, a prefix-cache hit, a chunk
 boundary, a length past a window, a dtype, a sampling parameter. Variants are tried cheapest
-first, within a run budget; the first that diverges becomes the scenario from then on.
+first, within a run budget; the first that diverges *as the issue describes* becomes the
+scenario from then on. A variant that switches on a feature the issue never mentions (sampling,
+penalties, prefix caching, …) and diverges is a side finding, not a reproduction: it is recorded
+and the search goes on; only when nothing on-issue diverges is the first side finding diagnosed,
+marked `on_issue = False`, so the report cannot present it as the user's bug.
 Then precision escalation (DESIGN §3): a bf16/fp16 divergence is re-run in fp32, where a
 logic bug persists (and localizes sharply) and a precision bug vanishes.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -17,8 +22,9 @@ from typing import Callable
 from tools import progress
 from tools.checkpoints import ensure_checkpoint
 from tools.engines.runner import EngineRunError
-from tools.evidence import Reproduction, Trial
-from tools.probe import Prober
+from tools import taps as tapnames
+from tools.evidence import Reproduction, SideFinding, Trial
+from tools.probe import Prober, ProbeResult
 from tools.scenario import Request, Scenario
 
 # Engine options that switch on the code paths where bugs hide, per engine (plain data).
@@ -32,11 +38,25 @@ ENGINE_AXES = {
 }
 
 
+# Features a variant may switch on: the words an issue uses for each (matched on lower-cased text
+# with `_` and `-` read as spaces), and how a scenario already exercises it (plain data).
+FEATURE_WORDS = {
+    "prefix_caching": ("prefix", "cache hit", "cached prompt", "shared prompt"),
+    "chunked_prefill": ("chunk",),
+    "small_blocks": ("block", "paged", "page size"),
+    "penalties": ("penalt", "repetition", "presence", "frequency"),
+    "sampling": ("temperature", "top k", "top p", "min p", "sampling", "sampled", "nucleus", "do sample"),
+}
+FEATURE_NAMES = {"prefix_caching": "prefix caching", "chunked_prefill": "chunked prefill",
+                 "small_blocks": "small KV blocks", "penalties": "penalties", "sampling": "sampled requests"}
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
     description: str
     apply: Callable[[Scenario, int], Scenario]     # (scenario, vocab size) -> variant
+    features: tuple[str, ...] = ()                 # FEATURE_WORDS keys it switches on (none: workload only)
 
 
 def _prompt(req: Request, vocab: int, seed: int, length: int | None = None) -> list[int]:
@@ -114,22 +134,61 @@ def variants(scenario: Scenario) -> list[Variant]:
            Variant("staggered", "4 requests arriving at different steps", _staggered)]
     if "prefix_caching" in axes:
         out.append(Variant("prefix_caching", "prefix caching on, later requests share a 36-token prefix",
-                           _then(_options(**axes["prefix_caching"]), _shared_prefix)))
+                           _then(_options(**axes["prefix_caching"]), _shared_prefix), ("prefix_caching",)))
     if "chunked_prefill" in axes:
         out.append(Variant("chunked_prefill", "chunked prefill with a 16-token budget, long prompt",
-                           _then(_options(**axes["chunked_prefill"]), _long_prompt)))
+                           _then(_options(**axes["chunked_prefill"]), _long_prompt), ("chunked_prefill",)))
     if "small_blocks" in axes:
         out.append(Variant("small_blocks", "KV blocks of 4 tokens, long prompt",
-                           _then(_options(**axes["small_blocks"]), _long_prompt)))
+                           _then(_options(**axes["small_blocks"]), _long_prompt), ("small_blocks",)))
     out += [Variant("penalties", "repetition / presence / frequency penalties in a batch",
-                    _sampling(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.3)),
+                    _sampling(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.3), ("penalties",)),
             Variant("sampling", "temperature 0.8 with top-k / top-p / min-p, seeded",
-                    _sampling(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02, seed=11))]
+                    _sampling(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02, seed=11), ("sampling",))]
     if axes:
         everything = {k: v for opts in axes.values() for k, v in opts.items()}
         out.append(Variant("everything", "all engine features on, batch, shared prefix, long prompts",
-                           _then(_options(**everything), _shared_prefix, _batch, _long_prompt)))
+                           _then(_options(**everything), _shared_prefix, _batch, _long_prompt), tuple(axes)))
     return out
+
+
+# --- does a divergence match the issue? ------------------------------------------------------------
+
+def exercised(feature: str, sc: Scenario) -> bool:
+    """The scenario as given already uses this feature."""
+    opts, reqs = sc.target.options, sc.requests
+    return {"prefix_caching": bool(opts.get("enable_prefix_caching")),
+            "chunked_prefill": bool(opts.get("enable_chunked_prefill")),
+            "small_blocks": "block_size" in opts,
+            "penalties": any(float(r.sampling.get("repetition_penalty", 1.0)) != 1.0
+                             or float(r.sampling.get("presence_penalty", 0.0)) != 0.0
+                             or float(r.sampling.get("frequency_penalty", 0.0)) != 0.0 for r in reqs),
+            "sampling": any(not r.greedy for r in reqs)}[feature]
+
+
+def mentioned(feature: str, issue_text: str) -> bool:
+    text = re.sub(r"[_\-]+", " ", issue_text.lower())
+    return any(word in text for word in FEATURE_WORDS[feature])
+
+
+def described(feature: str, sc: Scenario, issue_text: str) -> bool:
+    return exercised(feature, sc) or mentioned(feature, issue_text)
+
+
+def off_issue(variant: Variant, given: Scenario, issue_text: str, result: ProbeResult) -> str | None:
+    """Why `variant`'s divergence is not the one the issue describes, or None when it is. Pure.
+
+    Off the issue: the variant switched on only features that neither the issue's text nor its
+    scenario mention, or it diverges in the sampler while the issue has no sampled or penalised request."""
+    new = [f for f in variant.features if not described(f, given, issue_text)]
+    if variant.features and len(new) == len(variant.features):
+        names = " / ".join(FEATURE_NAMES[f] for f in new)
+        return f"the issue does not mention {names}, which this variant switched on"
+    tap = result.first.tap if result.first is not None else "sampler.token"
+    if tapnames.component(tap) == "sampler" and not any(described(f, given, issue_text)
+                                                        for f in ("sampling", "penalties")):
+        return f"it diverges in the sampler ({tap}), and the issue has no sampled or penalised request"
+    return None
 
 
 def variant_names(scenario: Scenario) -> list[tuple[str, str]]:
@@ -142,25 +201,49 @@ def vocab_size(scenario: Scenario) -> int:
 
 
 def reproduce(scenario: Scenario, prober: Prober, target_source: Path | None, *,
-              budget_runs: int = 24, order: list[str] | None = None) -> Reproduction:
-    """Scenario -> Reproduction: as given first, then variants in order, then precision escalation."""
+              budget_runs: int = 24, order: list[str] | None = None, issue_text: str | None = None) -> Reproduction:
+    """Scenario -> Reproduction: as given first, then variants in order, then precision escalation.
+
+    With `issue_text` (the report; "" for a bare repro), a variant's divergence the issue does not
+    describe is a side finding (see `off_issue`): the search goes on, and the first side finding is
+    diagnosed (`on_issue = False`) only when nothing on-issue diverges. None: no judgement."""
     start = prober.engine_runs
     trials: list[Trial] = []
     found = _try(scenario, "as given", prober, target_source, trials)
+    trigger, side = "", []
     if found is None:
         vocab = vocab_size(scenario)
         for v in progress.each(_ordered(variants(scenario), order), "trigger variants", lambda v: v.name):
             if prober.engine_runs - start >= budget_runs:
                 break
             found = _try(v.apply(scenario, vocab), v.description, prober, target_source, trials)
-            if found is not None:
+            why = off_issue(v, scenario, issue_text, found[1]) if found and issue_text is not None else None
+            if why:
+                trials[-1].off_issue = why
+                side.append((found, SideFinding(v.description, why, found[1].summary, _first(found[1]))))
+                found = None
+            elif found is not None:
+                trigger = v.description
                 break
+    return _conclude(scenario, found, trigger, side, trials, prober, target_source)
+
+
+def _first(result: ProbeResult) -> dict | None:
+    return result.first.to_dict() if result.first is not None else None
+
+
+def _conclude(scenario, found, trigger, side, trials, prober, target_source) -> Reproduction:
+    """The reproduction to diagnose: the on-issue one, else the first side finding, else none."""
+    findings = [f for _, f in side]
+    on_issue = found is not None
+    if found is None and side:
+        found, trigger = side[0][0], side[0][1].trigger
     if found is None:
         error = next((t.summary for t in trials if t.summary.startswith("engine run failed")), None)
-        return Reproduction(False, scenario, None, trials, None, None, error)
+        return Reproduction(False, scenario, None, trials, None, None, error, side_findings=findings)
     sc, result = found
-    trigger = "" if trials[-1].description == "as given" else trials[-1].description
-    repro = Reproduction(True, sc, result, trials, trigger, baseline=scenario if trigger else None)
+    repro = Reproduction(True, sc, result, trials, trigger, baseline=scenario if trigger else None,
+                         on_issue=on_issue, side_findings=findings)
     return escalate(repro, prober, target_source, trials)
 
 
@@ -176,9 +259,11 @@ def _try(sc: Scenario, description: str, prober: Prober, source, trials: list[Tr
     try:
         result = prober.probe(sc, source)
     except EngineRunError as e:
-        trials.append(Trial(description, False, f"engine run failed: {e}", prober.engine_runs - before))
+        trials.append(Trial(description, False, f"engine run failed: {e}", prober.engine_runs - before,
+                            dtype=sc.target.dtype))
         return None
-    trials.append(Trial(description, result.diverged, result.summary, prober.engine_runs - before))
+    trials.append(Trial(description, result.diverged, result.summary, prober.engine_runs - before,
+                        dtype=sc.target.dtype))
     return (sc, result) if result.diverged else None
 
 

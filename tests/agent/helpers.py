@@ -93,7 +93,7 @@ class ScriptedStages:
     def variant_names(self, scenario):
         return [("batch", "a batch of 4 requests"), ("prefix_caching", "prefix caching on")]
 
-    def reproduce(self, scenario, prober, target_source, *, budget_runs, order):
+    def reproduce(self, scenario, prober, target_source, *, budget_runs, order, issue_text=None):
         self._spend(prober, "reproduce")
         self.orders.append(order)
         trials = [Trial("as given", False, "agree", 3)] + ([Trial("a batch of 4 requests", True, "diverges", 3)]

@@ -98,3 +98,21 @@ def test_write_report_writes_three_files(tmp_path):
     assert json.loads(paths["json"].read_text())["issue"] == "1201"
     assert not (tmp_path / "none").exists()
     assert set(write_report(full_report(), tmp_path / "none")) == {"json", "md"}
+
+
+def test_what_ran_flags_an_engine_imported_from_outside_its_tree(tmp_path):
+    """A target pointed at a tree but importing another copy did not test that tree: say so."""
+    from tools.report import what_ran
+    tree = tmp_path / "fork"
+    (tree / "eng").mkdir(parents=True)
+    runs = [{"role": "target", "engine": "eng", "dtype": "bfloat16", "source": str(tree),
+             "imported": str(tree / "eng" / "__init__.py")},
+            {"role": "target", "engine": "eng", "dtype": "float32", "source": str(tree),
+             "imported": "/usr/lib/site-packages/eng/__init__.py"},
+            {"role": "reference", "engine": "transformers", "dtype": "float64", "source": None, "imported": None}]
+    ran = what_ran(runs, 4, tree)
+    assert ran["failed"] == 1 and ran["target"]["dtypes"] == ["bfloat16", "float32"]
+    assert ran["target"]["outside_source"] == ["/usr/lib/site-packages/eng/__init__.py"]
+    assert ran["target_source"] == {"path": str(tree), "commit": None, "dirty": None}
+    report = build_report("1", None, None, None, [], COST, {"ran": ran})
+    assert "did not test that tree" in render_markdown(report)

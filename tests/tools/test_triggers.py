@@ -58,3 +58,45 @@ def test_budget_ends_the_search(penalty_bug):
     alone = case.scenario.with_requests([replace(case.scenario.requests[1])])
     repro = reproduce(alone, Prober(), repo, budget_runs=3, order=["long_generation"])
     assert not repro.reproduced and len(repro.trials) <= 2
+
+
+# --- does a variant's divergence match the issue? (issue 16) -------------------------------------
+
+def _diverged_at(tap: str):
+    from tools.compare import Divergence
+    from tools.probe import ProbeResult
+    return ProbeResult("float32", Divergence(tap, 0, [0], [4], [0], 50.0), {}, [], [tap], 3)
+
+
+def _variant(name: str):
+    return next(v for v in variants(from_dict(BASE)) if v.name == name)
+
+
+PREFIX_ISSUE = "Greedy output changes when prefix caching is on and a second request shares the prompt."
+
+
+def test_a_feature_the_issue_never_mentions_is_a_side_finding():
+    from tools.triggers import off_issue
+    greedy = from_dict(BASE)
+    why = off_issue(_variant("sampling"), greedy, PREFIX_ISSUE, _diverged_at("sampler.probs"))
+    assert why and "sampled requests" in why
+    assert off_issue(_variant("penalties"), greedy, PREFIX_ISSUE, _diverged_at("sampler.logits"))
+    assert off_issue(_variant("prefix_caching"), greedy, PREFIX_ISSUE, _diverged_at("layers.0.attn.out")) is None
+
+
+def test_a_feature_the_issue_names_or_its_scenario_uses_is_the_issue():
+    from tools.triggers import off_issue
+    greedy = from_dict(BASE)
+    assert off_issue(_variant("sampling"), greedy, "With min-p set the output is odd", _diverged_at("sampler.probs")) is None
+    assert off_issue(_variant("sampling"), greedy, "TOP_P=0.9 breaks it", _diverged_at("sampler.probs")) is None
+    sampled = from_dict({**BASE, "workload": {"requests": [{"prompt_ids": [5, 6], "sampling": {"temperature": 0.7}}]}})
+    assert off_issue(_variant("sampling"), sampled, PREFIX_ISSUE, _diverged_at("sampler.probs")) is None
+    assert off_issue(_variant("everything"), greedy, PREFIX_ISSUE, _diverged_at("layers.1.out")) is None
+
+
+def test_a_sampler_divergence_on_an_issue_without_sampling_is_a_side_finding():
+    from tools.triggers import off_issue
+    greedy = from_dict(BASE)
+    assert off_issue(_variant("batch"), greedy, PREFIX_ISSUE, _diverged_at("layers.0.mlp.down")) is None
+    why = off_issue(_variant("batch"), greedy, PREFIX_ISSUE, _diverged_at("sampler.token"))
+    assert why and "sampler" in why
