@@ -4,7 +4,7 @@
 Each test runs the real command as a subprocess. Regression tests for issue 16's list: a
 --target-source that is missing or a file was dropped and the installed engine probed
 ("agree"); --taps matching nothing gave an empty table and "agree"; [reference] dtype was
-ignored; an unreachable GitHub was "the issue is empty"; a busy port was AttributeError 'jobs'.
+ignored (now it sets the trusted run's precision; half precision is refused); an unreachable GitHub was "the issue is empty"; a busy port was AttributeError 'jobs'.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_probe_taps_matching_nothing_are_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("edit,words", [
-    (SCENARIO + '[reference]\nengine = "transformers"\ndtype = "float32"\n', ["[reference] dtype", "not used"]),
+    (SCENARIO + '[reference]\nengine = "transformers"\ndtype = "float16"\n', ["[reference] dtype", "cannot be the trusted"]),
     (SCENARIO.replace("max_tokens = 4", "max_tokens = 2000"), ["exceeds the model's 1024 positions"]),
     pytest.param(SCENARIO.replace("max_tokens = 4", "max_tokens = 100000000"), ["max_tokens must be between"],
                  marks=SLOW),
@@ -98,7 +98,7 @@ def test_probe_scenario_checked_before_any_engine_runs(tmp_path, edit, words):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--reference", "transformers:float32"], ["[reference] dtype"]),
+    (["--reference", "transformers:bfloat16"], ["[reference] dtype"]),
     pytest.param(["--target", "tinyserve:float32:block_size"], ["not key=value"], marks=SLOW),
     pytest.param(["--target", "a:b:c:d"], ["is not ENGINE"], marks=SLOW),
 ])

@@ -111,8 +111,9 @@ class Prober:
         runs_before = self.engine_runs
         target = self.run_target(scenario, target_source, taps, native_kernels, coverage)
         teacher = target.sequences()
-        high = self.run_reference(scenario, HIGH_DTYPE, teacher, reference_source, taps)
-        low = high if scenario.target.dtype == HIGH_DTYPE else \
+        high_dtype = scenario.reference.dtype       # float64 unless [reference] dtype says float32
+        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps)
+        low = high if scenario.target.dtype == high_dtype else \
             self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps)
         result = compare_traces(scenario, target, low, high)
         result.engine_runs = self.engine_runs - runs_before
@@ -253,9 +254,11 @@ def scenario_from_args(args) -> tuple[Scenario, Path | None]:
         sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
     if args.reference:
         spec = parse_spec(args.reference, sc.reference)
+        dtype = sc.reference.dtype
         if len(args.reference.split(":")) > 1 and args.reference.split(":")[1]:
             check_reference_dtype(spec.dtype)
-        sc = sc.with_reference(engine=spec.engine, options=spec.options)
+            dtype = spec.dtype
+        sc = sc.with_reference(engine=spec.engine, dtype=dtype, options=spec.options)
     if args.engine:
         sc = sc.with_target(engine=args.engine)
     return sc, preflight(sc, args.target_source, args.taps)

@@ -36,6 +36,9 @@ class ScenarioError(BadInput):
     """A scenario that cannot be run; the message says which key and why."""
 
 
+REFERENCE_DTYPES = ("float64", "float32")   # the trusted run Y; the first is the default
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     engine: str = "transformers"
@@ -110,7 +113,7 @@ def _check_sampling(sampling) -> None:
 class Scenario:
     model: dict[str, Any]
     target: EngineSpec
-    reference: EngineSpec = field(default_factory=EngineSpec)
+    reference: EngineSpec = field(default_factory=lambda: EngineSpec(dtype=REFERENCE_DTYPES[0]))
     requests: tuple[Request, ...] = ()
     good_ref: str | None = None
 
@@ -141,8 +144,8 @@ class Scenario:
         return replace(self, requests=tuple(requests))
 
     def to_dict(self) -> dict:
-        # the reference's dtype is not part of the contract (see _engine_spec): never written
-        reference = {"engine": self.reference.engine, "options": dict(self.reference.options)}
+        reference = {"engine": self.reference.engine, "dtype": self.reference.dtype,
+                     "options": dict(self.reference.options)}
         data = {"model": dict(self.model), "target": asdict(self.target), "reference": reference,
                 "workload": {"requests": [_request_dict(r) for r in self.requests]}}
         if self.good_ref:
@@ -196,18 +199,19 @@ def _engine_spec(d: dict, where: str) -> EngineSpec:
     unknown = set(d) - {"engine", "dtype", "options"}
     if unknown:
         raise ScenarioError(f"[{where}] has unknown keys {sorted(map(str, unknown))}; known: engine, dtype, options")
-    if where == "reference" and "dtype" in d:
-        d = dict(d)
-        check_reference_dtype(d.pop("dtype"))
+    if where == "reference":
+        d = {**d, "dtype": d.get("dtype", REFERENCE_DTYPES[0])}
+        check_reference_dtype(d["dtype"])
     return EngineSpec(**d)
 
 
 def check_reference_dtype(dtype) -> None:
-    """The reference always runs twice, in float64 (Y) and in the target's dtype (R) (DESIGN §3):
-    a [reference] dtype other than float64 would be silently ignored, so it is refused."""
-    if dtype != "float64":
-        raise ScenarioError(f"[reference] dtype = {dtype!r} is not used: the reference runs in float64 and in "
-                            "the target's dtype; remove the key (or set [target] dtype)")
+    """[reference] dtype is the precision of the trusted run Y (DESIGN §3): float64 (default) or
+    float32. The reference also runs in the target's dtype (R) on its own, so a half-precision
+    value here would mean nothing and is refused rather than ignored."""
+    if dtype not in REFERENCE_DTYPES:
+        raise ScenarioError(f"[reference] dtype = {dtype!r} cannot be the trusted high-precision run; use one of "
+                            f"{', '.join(REFERENCE_DTYPES)} (the reference also runs in the target's dtype by itself)")
 
 
 def _request(d: dict, i: int) -> Request:

@@ -45,6 +45,18 @@ def test_offset_in_mlp_down_is_found_at_that_tap(tmp_path, arch, layer):
     assert result.first.steps[0] == 0 and result.first.ratio > 100
 
 
+def test_float32_reference_is_honoured(tmp_path):
+    """Regression (issue 16): `[reference] dtype` was accepted and ignored (Y always ran in float64).
+    Now it is the trusted run's precision: an fp32 target against an fp32 reference is two runs,
+    and a real fault is still found at its tap."""
+    src = write_fault(tmp_path / "tree", MLP_DOWN_OFFSET, "llama", layer=1, delta=0.01)
+    sc = scenario("llama").with_reference(dtype="float32")
+    prober = Prober()
+    result = prober.probe(sc, target_source=src)
+    assert [run["dtype"] for run in prober.runs] == ["float32", "float32"]
+    assert result.engine_runs == 2 and result.first.tap == "layers.1.mlp.down"
+
+
 @pytest.mark.parametrize("arch", ["mistral", "gemma2"])
 def test_wrong_norm_eps_is_found_at_that_norm(tmp_path, arch):
     src = write_fault(tmp_path / "tree", NORM_EPS, arch, layer=1, eps=0.5)

@@ -26,7 +26,7 @@ prompt = "hello"
 def test_good_scenario_round_trips():
     sc = loads(GOOD)
     assert sc.good_ref == "v0.4" and sc.target.options == {"enable_prefix_caching": True}
-    assert sc.reference.engine == "transformers" and sc.reference.dtype == "float32"
+    assert sc.reference.engine == "transformers" and sc.reference.dtype == "float64"
     assert sc.requests[0].arrival_step == 2 and sc.requests[1].prompt == "hello"
     assert from_dict(sc.to_dict()) == sc
 
@@ -42,3 +42,11 @@ def test_good_scenario_round_trips():
 def test_malformed_scenarios_say_why(text, message):
     with pytest.raises(ScenarioError, match=message):
         loads(text)
+
+
+def test_reference_dtype_is_the_trusted_precision_and_is_kept():
+    """Regression (issue 16): `[reference] dtype` was accepted and silently ignored."""
+    sc = loads(GOOD + '[reference]\nengine = "transformers"\ndtype = "float32"\n')
+    assert sc.reference.dtype == "float32" and from_dict(sc.to_dict()) == sc
+    with pytest.raises(ScenarioError, match="cannot be the trusted"):
+        loads(GOOD + '[reference]\ndtype = "bfloat16"\n')
