@@ -37,6 +37,9 @@ from tools.scenario import Scenario, ScenarioError, load
 from tools.trace import Trace
 
 UPSTREAM, DOWNSTREAM, NO_VERDICT = "upstream", "downstream", "no verdict"
+# Taps everything after them is computed from (with the weights): an injection there cannot be
+# bypassed. Any other tap is a branch; an upstream divergence can flow around it.
+STREAM_TAPS = ("embed", "layers.*.resid_mid", "layers.*.out", "final_norm", "logits", "sampler.logits")
 
 
 @dataclass
@@ -57,16 +60,29 @@ class Replacement:
         return downstream_divergence(self.replaced.stats, self.taps)
 
     @property
+    def bypass(self) -> compare.Divergence | None:
+        """A divergence before a branch tap that reaches downstream around it (then `after` says nothing)."""
+        if all(tapnames.matches(t, STREAM_TAPS) for t in self.taps):
+            return None
+        cut = min(tapnames.order_key(t) for t in self.taps)
+        return compare.first_divergence([s for s in self.replaced.stats if tapnames.order_key(s.tap) < cut])
+
+    @property
     def verdict(self) -> str:
         if self.before is None:
             return NO_VERDICT
-        return DOWNSTREAM if self.after is not None else UPSTREAM
+        if self.after is None:
+            return UPSTREAM
+        return NO_VERDICT if self.bypass is not None else DOWNSTREAM
 
     @property
     def summary(self) -> str:
         at = ", ".join(self.taps)
-        if self.verdict == NO_VERDICT:
+        if self.before is None:
             return f"no verdict: nothing diverges after {at} in the teacher-forced target"
+        if self.verdict == NO_VERDICT:
+            return (f"no verdict: the divergence at {self.bypass.tap}, before {at}, reaches past it on the residual "
+                    f"stream; inject at the first divergent tap or at a layers.N.out")
         if self.verdict == UPSTREAM:
             return (f"injecting the reference at {at} removes the divergence downstream "
                     f"(was {self.before.tap}, ratio {self.before.ratio:.3g}): the fault is at or before {at}")
@@ -77,6 +93,7 @@ class Replacement:
         return {"taps": self.taps, "verdict": self.verdict, "summary": self.summary,
                 "injected_rows": self.injected_rows,
                 "before": self.before.to_dict() if self.before else None,
+                "bypass": self.bypass.to_dict() if self.bypass else None,
                 "after": self.after.to_dict() if self.after else None,
                 "divergent_taps_after": self.replaced.divergent_taps,
                 "engine_runs": self.control.engine_runs + self.replaced.engine_runs}

@@ -2,6 +2,7 @@
 single-pass prefill gives and no false alarm; every other one is refused up front, in one line."""
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -31,6 +32,13 @@ def scenario(arch: str, options: dict, dtype: str = "float32"):
                                   for p in (LONG, SHORT, REPEATING)]}})
 
 
+@pytest.fixture(scope="module")
+def prober():
+    """One prober for the module: the reference runs depend only on the tokens, shared by all options."""
+    return Prober()
+
+
+@functools.cache
 def single_pass_rows(arch: str, dtype: str = "float32") -> dict:
     """(tap, request) -> positions of a plain generate (one prefill forward), run in this process."""
     sc = scenario(arch, {}, dtype)
@@ -38,8 +46,8 @@ def single_pass_rows(arch: str, dtype: str = "float32") -> dict:
             .items()}
 
 
-def check_no_false_alarm(arch: str, options: dict, dtype: str = "float32"):
-    result = Prober().probe(scenario(arch, options, dtype))
+def check_no_false_alarm(prober: Prober, arch: str, options: dict, dtype: str = "float32"):
+    result = prober.probe(scenario(arch, options, dtype))
     assert result.divergent_taps == [], f"{arch} {options}: {result.summary}"
     assert not result.diverged, result.summary
     rows = {k: v.positions for k, v in index(result.target).items()}
@@ -47,10 +55,10 @@ def check_no_false_alarm(arch: str, options: dict, dtype: str = "float32"):
     return result
 
 
-def test_chunked_prefill_is_tapped_like_a_single_pass_prefill():
+def test_chunked_prefill_is_tapped_like_a_single_pass_prefill(prober):
     """Regression: `prefill_chunk_size = 8` crashed the tap recorder with `IndexError: index 8 is out
     of bounds for dimension 0 with size 8` (it assumed one forward per prefill)."""
-    result = check_no_false_alarm("llama", {"prefill_chunk_size": 8})
+    result = check_no_false_alarm(prober, "llama", {"prefill_chunk_size": 8})
     prefill_steps = {r.step for r in result.target.records if r.name == "embed" and r.request == 0 and r.positions[0] < 45}
     assert len(prefill_steps) == 6                 # 45 prompt columns in chunks of 8, each its own step
 
@@ -70,8 +78,8 @@ SLOW_OPTIONS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 @pytest.mark.parametrize("options", SLOW_OPTIONS, ids=lambda o: ",".join(o))
-def test_accepted_option_has_no_false_alarm(arch, options):
-    check_no_false_alarm(arch, options)
+def test_accepted_option_has_no_false_alarm(prober, arch, options):
+    check_no_false_alarm(prober, arch, options)
 
 
 @pytest.mark.slow
@@ -80,15 +88,15 @@ def test_accepted_option_has_no_false_alarm(arch, options):
     ("mistral", "float32", {"cache_implementation": "sliding_window", "prefill_chunk_size": 16}),
     ("llama", "float32", {"attn_implementation": "sdpa", "prefill_chunk_size": 7}),
     ("llama", "bfloat16", {"prefill_chunk_size": 8, "cache_implementation": "static"})])
-def test_chunked_prefill_on_every_arch_and_dtype(arch, dtype, options):
-    check_no_false_alarm(arch, options, dtype)
+def test_chunked_prefill_on_every_arch_and_dtype(prober, arch, dtype, options):
+    check_no_false_alarm(prober, arch, options, dtype)
 
 
 @pytest.mark.slow
-def test_drafts_are_verified_several_rows_per_forward():
+def test_drafts_are_verified_several_rows_per_forward(prober):
     """Assisted decoding with the model as its own draft accepts every draft: one forward computes
     several positions, and still no false alarm."""
-    result = check_no_false_alarm("llama", {"assistant_model": "self", "num_assistant_tokens": 3})
+    result = check_no_false_alarm(prober, "llama", {"assistant_model": "self", "num_assistant_tokens": 3})
     decode = [r for r in result.target.records if r.name == "layers.0.out" and r.positions[0] >= len(SHORT)
               and r.request == 1]
     assert max(len(r.positions) for r in decode) > 1

@@ -22,8 +22,9 @@ from tools.engines.hf import HFEngine
 from tools.engines.injection import Injection, splice_rows
 from tools.engines.protocol import RunJob
 from tools.engines.tinyserve import TinyServeEngine
-from tools.probe import HIGH_DTYPE, Prober
-from tools.replace import DOWNSTREAM, UPSTREAM, Replacer, check_replaceable, downstream_divergence, rows_at
+from tools.probe import HIGH_DTYPE, Prober, ProbeResult
+from tools.replace import (DOWNSTREAM, NO_VERDICT, UPSTREAM, Replacement, Replacer, check_replaceable,
+                           downstream_divergence, rows_at)
 from tools.scenario import from_dict
 from tools.trace import TapRecord, Trace
 
@@ -154,14 +155,33 @@ def test_rows_are_matched_by_request_and_position_and_cast():
         splice_rows(torch.zeros(1, 3), {0: torch.ones(4)})
 
 
+def stat(tap: str, ratio: float) -> compare.TapStat:
+    r = torch.tensor([ratio, ratio])
+    return compare.TapStat(tap, 0, [0, 1], [0, 0], r, r, r)
+
+
+def probed(stats) -> ProbeResult:
+    return ProbeResult("float32", compare.first_divergence(stats), {}, [], compare.divergent_taps(stats), 1,
+                       stats=stats)
+
+
 def test_only_divergence_after_the_injection_point_counts():
-    def stat(tap, ratio):
-        r = torch.tensor([ratio, ratio])
-        return compare.TapStat(tap, 0, [0, 1], [0, 0], r, r, r)
     stats = [stat("layers.0.attn.out", 50.0), stat("layers.0.out", 1.0), stat("layers.1.mlp.down", 30.0),
              stat("layers.1.out", 30.0), stat("logits", 30.0)]
     assert downstream_divergence(stats, ["layers.0.out"]).tap == "layers.1.mlp.down"
     assert downstream_divergence(stats[:2], ["layers.0.out"]) is None
+
+
+def test_a_divergence_that_flows_around_a_branch_tap_gives_no_verdict():
+    """Fault in layer 0's attention, reference injected at layer 1's MLP output: the residual stream
+    still carries layer 0's error past it, which says nothing about a fault after the tap."""
+    stats = [stat("layers.0.attn.out", 50.0), stat("layers.0.out", 20.0), stat("layers.1.mlp.down", 1.0),
+             stat("layers.1.out", 20.0), stat("logits", 20.0)]
+    branch = Replacement(["layers.1.mlp.down"], probed(stats), probed(stats), {"layers.1.mlp.down": 2})
+    assert branch.verdict == NO_VERDICT and branch.bypass.tap == "layers.0.attn.out"
+    assert "reaches past it" in branch.summary
+    stream = Replacement(["layers.1.resid_mid"], probed(stats), probed(stats), {"layers.1.resid_mid": 2})
+    assert stream.verdict == DOWNSTREAM and stream.bypass is None
 
 
 def test_taps_an_adapter_cannot_replace_are_refused():

@@ -31,6 +31,11 @@ their heads / channels) through the runner's call_all_ranks, and each such tap i
 back together by concatenating the ranks' features in rank order (rank r holds heads
 r*H/tp.., so that is the canonical layout). Row-parallel outputs (o_proj, down), the
 embedding and the logits are read after their all-reduce / gather, on rank 0.
+
+Tensor replacement (RunJob.replace, tools/replace.py): the same hooks write reference rows
+back into the module output the tap is read from (`write_output`, the inverse of
+`read_output`); replacing a fused norm's residual recomputes its normed rows from it, so
+`layers.{i}.out` and `resid_mid` can be injected although no module returns them alone.
 """
 from __future__ import annotations
 
