@@ -151,7 +151,9 @@ def generate_kwargs(req: Request, options: dict, model, assistant=None) -> dict:
     temperature = float(s.get("temperature", 0.0))
     if "seed" in s:
         torch.manual_seed(int(s["seed"]))
-    extra = {k: v for k, v in options.items() if k not in LOAD_ONLY and k != "assistant_model"}
+    # disable_compile: hooks read the eager forward (transformers compiles static caches on a GPU)
+    extra = {"disable_compile": True,
+             **{k: v for k, v in options.items() if k not in LOAD_ONLY and k != "assistant_model"}}
     cfg = GenerationConfig(
         max_new_tokens=req.max_tokens, do_sample=temperature > 0,
         temperature=temperature if temperature > 0 else 1.0,
@@ -160,7 +162,6 @@ def generate_kwargs(req: Request, options: dict, model, assistant=None) -> dict:
         pad_token_id=model.config.pad_token_id or 0,
         # ignore_eos: generation simply does not stop at EOS (as in vLLM); EOS stays sampleable
         eos_token_id=None if s.get("ignore_eos") else model.config.eos_token_id,
-        disable_compile=True,   # hooks read the eager forward (transformers compiles static caches on GPU)
         output_logits=True, output_scores=True, return_dict_in_generate=True,
         **extra,
     )
