@@ -94,7 +94,14 @@ def check_taps(patterns: list[str] | None, config: dict) -> None:
 
 
 def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
-    """Engine options against what the engine accepts, when its adapter can say."""
+    """Engine options against what the engine accepts, when its adapter can say (its own
+    `check_options` first: it knows why an option is refused, not only that it is)."""
+    own_check = getattr(adapter(spec.engine), "check_options", None)
+    if own_check is not None:
+        try:
+            own_check(spec)
+        except ValueError as e:
+            raise BadInput(f"[{where}] {e}") from None
     accepted = getattr(adapter(spec.engine), "accepted_options", None)
     known = accepted(source) if accepted else None
     if known is None:

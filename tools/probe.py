@@ -17,7 +17,7 @@ from pathlib import Path
 from tools import compare, progress
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
-from tools.engines.protocol import RunJob
+from tools.engines.protocol import RunJob, check_spec
 from tools.engines.runner import EngineRunError, run_engine
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
@@ -78,6 +78,7 @@ class Prober:
 
     def run_target(self, scenario: Scenario, source: Path | None, taps=None, native_kernels=(),
                    coverage: bool = False) -> Trace:
+        check_spec(scenario.target, self.device)    # an option the adapter cannot tap is refused before any engine starts
         job = RunJob(scenario, scenario.target, str(ensure_checkpoint(scenario.model)), taps=taps,
                      device=self.device, native_kernels=list(native_kernels),
                      coverage_root=str(source) if coverage and source else None)

@@ -3,6 +3,13 @@
 Runs inside the worker process, so `import transformers` gets whatever tree is
 first on PYTHONPATH (the pristine package, or a git worktree under test).
 Hooks are registered in a context manager (`TapRecorder`) and always removed.
+
+In generate mode each forward's rows are read from the forward itself (its position
+ids), so prefill chunks, decode steps, draft verifications and cache-less re-runs all
+give the rows a single-pass prefill gives; rows computed from rejected drafts are
+dropped (`latest_rows`). Options that cannot be tapped so are refused up front
+(hf_generate.REFUSED). With `RunJob.replace`, reference rows are injected at their
+taps (tensor replacement, tools/replace.py) by the same hooks.
 """
 from __future__ import annotations
 
@@ -14,13 +21,18 @@ import torch
 
 from tools import taps as tapnames
 from tools.engines import hf_compat
+from tools.engines.hf_generate import (ACCEPTED, LOAD_ONLY, UnsupportedOption, assisted, check_options,
+                                       device_problem, forward_columns, generate_kwargs, left_pad, request_positions)
+from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob
 from tools.scenario import EngineSpec, Request
 from tools.trace import RequestOutput, TapRecord, Trace
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "bfloat16": torch.bfloat16, "float16": torch.float16}
-LOAD_OPTIONS = ("attn_implementation",)   # options that go to from_pretrained; the rest go to generate
+# Taps where reference rows can be injected: module outputs and inputs, and q/k after RoPE. Not
+# resid_mid: it is read as the input of a norm, while the layer adds its own copy of the residual.
+REPLACEABLE = ("embed", *(f"layers.*.{t}" for t in tapnames.LAYER_TAPS if t != "resid_mid"), "final_norm")
 
 # HF module attribute -> canonical tap, per decoder layer. gemma2 names its norms differently.
 LAYER_MODULE_TAPS = {
@@ -42,18 +54,37 @@ class RowMap:
     requests: list[int]                     # batch row -> request index
     positions: list[list[int]]              # batch row -> position of each seq column (-1 = padding)
 
+    def flat(self, seq: int) -> tuple[list[int], list[int]]:
+        """Rows of x.reshape(B * seq, ...) -> (request, position) lists."""
+        return ([r for r in self.requests for _ in range(seq)],
+                [p for pos in self.positions for p in pos[-seq:]])
+
 
 @dataclass
 class TapRecorder:
-    """Collects canonical tap records from hooks; one forward call = one step."""
+    """Collects canonical tap records from hooks (and injects reference rows); one forward = one step."""
     patterns: list[str] | None
+    inject: Injection | None = None
     records: list[TapRecord] = field(default_factory=list)
     step: int = 0
     rows: RowMap | None = None
     layer: int | None = None
+    active: bool = False                    # inside the tapped model's forward (not a draft model's)
 
     def wants(self, tap: str) -> bool:
         return tapnames.matches(tap, self.patterns)
+
+    def hooks(self, tap: str) -> bool:
+        return self.wants(tap) or (self.inject is not None and self.inject.wants(tap))
+
+    def touch(self, tap: str, x: torch.Tensor) -> torch.Tensor:  # x: [B, S, F] -> x, reference rows injected
+        if self.inject is not None and self.inject.wants(tap):
+            requests, positions = self.rows.flat(x.shape[1])
+            flat = self.inject.apply(tap, x.reshape(-1, *x.shape[2:]), requests, positions)
+            x = flat.reshape(x.shape)
+        if self.wants(tap):
+            self.record(tap, x)
+        return x
 
     def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F]
         x = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32).clone()
@@ -69,23 +100,29 @@ class HFEngine:
     package = "transformers"          # what a --target-source root must hold
 
     def accepted_options(self, source_root) -> set[str]:
-        """from_pretrained's options and what generate() takes (GenerationConfig fields, its own
-        arguments), as the installed transformers defines them."""
-        import inspect
-
-        from transformers import GenerationConfig
-        from transformers.generation.utils import GenerationMixin
-        own = set(inspect.signature(GenerationMixin.generate).parameters) - {"self", "kwargs", "inputs"}
-        return set(LOAD_OPTIONS) | set(GenerationConfig().to_dict()) | own
+        """The allow-list (tools/engines/hf_generate.py): options this adapter taps correctly;
+        everything else is refused up front with its reason."""
+        return set(LOAD_ONLY) | set(ACCEPTED)
 
     def capabilities(self, spec: EngineSpec) -> Capabilities:
-        return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))
+        return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"), replace=REPLACEABLE)
+
+    def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
+        check_options(spec.options)
+        problem = device_problem(spec.options, device)
+        if problem:
+            raise UnsupportedOption(problem)
 
     def run(self, job: RunJob) -> Trace:
+        check_options(job.spec.options)
+        # a teacher-forced run is one plain forward per request: no cache, so no device needs
+        problem = device_problem(job.spec.options, job.device) if job.teacher is None else None
+        if problem:
+            raise UnsupportedOption(problem)
         torch.manual_seed(0)
         model, tok = load_model(job.checkpoint, job.spec, job.device)
         prompts = [prompt_ids(r, tok) for r in job.scenario.requests]
-        recorder = TapRecorder(job.taps)
+        recorder = TapRecorder(job.taps, inject=_injection(job))
         with hooks_installed(model, recorder):
             if job.teacher is not None:
                 outputs = teacher_forced(model, job, prompts, recorder)
@@ -95,16 +132,48 @@ class HFEngine:
             for o in outputs:
                 # special tokens are left out of text, as serving engines do by default
                 o.text = tok.decode(o.output_ids, skip_special_tokens=True)
-        records = sorted(recorder.records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
+        # generate() never feeds the last token; a draft verification may have: keep single-pass rows
+        fed = [len(o.prompt_ids) + len(o.output_ids) - (job.teacher is None) for o in outputs]
+        records = latest_rows(recorder.records, fed)
         import transformers
         meta = {"options": job.spec.options, "source": transformers.__file__, "device": job.device}
+        if recorder.inject is not None:
+            meta["replaced_rows"] = dict(recorder.inject.replaced)
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
+
+
+def _injection(job: RunJob) -> Injection | None:
+    inject = Injection.load(job.replace)
+    unsupported = [t for t in (inject.rows if inject else ()) if not tapnames.matches(t, REPLACEABLE)]
+    if unsupported:
+        raise ValueError(f"transformers cannot inject at {unsupported}; replaceable taps: {', '.join(REPLACEABLE)}")
+    return inject
+
+
+def latest_rows(records: list[TapRecord], lengths: list[int]) -> list[TapRecord]:
+    """Records in (step, tap, request) order, keeping each (tap, request, position) only from the last
+    step that computed it, and only below lengths[request]: a forward that verified draft tokens
+    (assisted decoding) computed rows from drafts that were then rejected, and recomputed them."""
+    ordered = sorted(records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
+    last = {}
+    for rec in ordered:
+        for p in rec.positions:
+            last[(rec.name, rec.request, p)] = rec.step
+    out = []
+    for rec in ordered:
+        keep = [i for i, p in enumerate(rec.positions)
+                if last[(rec.name, rec.request, p)] == rec.step and p < lengths[rec.request]]
+        if len(keep) == len(rec.positions):
+            out.append(rec)
+        elif keep:
+            out.append(TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep], rec.tensor[keep]))
+    return out
 
 
 def load_model(checkpoint: str, spec: EngineSpec, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs = {k: v for k, v in spec.options.items() if k in LOAD_OPTIONS}
+    kwargs = {k: v for k, v in spec.options.items() if k in LOAD_ONLY}
     kwargs.setdefault("attn_implementation", "eager")
     hf_compat.check_arch(checkpoint)   # release differences live in hf_compat
     model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]), **kwargs)
@@ -144,14 +213,19 @@ def hooks_installed(model, rec: TapRecorder):
 
 def _output_hook(rec: TapRecorder, tap: str):
     def hook(_mod, _args, out):
-        rec.record(tap, out[0] if isinstance(out, tuple) else out)
+        x = out[0] if isinstance(out, tuple) else out
+        new = rec.touch(tap, x)
+        if new is not x:
+            return (new, *out[1:]) if isinstance(out, tuple) else new
     return hook
 
 
 def _input_hook(rec: TapRecorder, tap: str):
     def hook(_mod, args, kwargs):
         x = args[0] if args else kwargs["hidden_states"]
-        rec.record(tap, x)
+        new = rec.touch(tap, x)
+        if new is not x:
+            return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
     return hook
 
 
@@ -161,16 +235,16 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
     handles = []
     for attr, name in mapping.items():
         tap = tapnames.layer_tap(i, name)
-        if rec.wants(tap):
+        if rec.hooks(tap):
             handles.append(layer.get_submodule(attr).register_forward_hook(_output_hook(rec, tap)))
     inputs = {"self_attn.o_proj": "attn.out", "mlp.down_proj": "mlp.act",
               ("pre_feedforward_layernorm" if sandwich else "post_attention_layernorm"): "resid_mid"}
     for attr, name in inputs.items():
         tap = tapnames.layer_tap(i, name)
-        if rec.wants(tap):
+        if rec.hooks(tap):
             hook = _input_hook(rec, tap)
             handles.append(layer.get_submodule(attr).register_forward_pre_hook(hook, with_kwargs=True))
-    if rec.wants(tapnames.layer_tap(i, "out")):
+    if rec.hooks(tapnames.layer_tap(i, "out")):
         handles.append(layer.register_forward_hook(_output_hook(rec, tapnames.layer_tap(i, "out"))))
 
     def enter_attn(_mod, _args, _kwargs):
@@ -181,15 +255,26 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
 
 def _global_hooks(model, rec: TapRecorder) -> list:
     handles = []
-    if rec.wants("embed"):   # the first layer's input: gemma2 before 5.x scales it after embed_tokens
+    if rec.hooks("embed"):   # the first layer's input: gemma2 before 5.x scales it after embed_tokens
         handles.append(model.model.layers[0].register_forward_pre_hook(_input_hook(rec, "embed"), with_kwargs=True))
-    if rec.wants("final_norm"):
+    if rec.hooks("final_norm"):
         handles.append(model.model.norm.register_forward_hook(_output_hook(rec, "final_norm")))
+
+    def enter(_mod, _args, _kwargs):
+        rec.active = True
+
+    def leave(_mod, _args, _out):
+        rec.active = False
+    handles.append(model.model.register_forward_pre_hook(enter, with_kwargs=True))
+    handles.append(model.model.register_forward_hook(leave))
     return handles
 
 
 def _wrap_rotary(model, rec: TapRecorder):
-    """Wrap the modeling module's apply_rotary_pos_emb to see q/k after RoPE."""
+    """Wrap the modeling module's apply_rotary_pos_emb to see (and replace) q/k after RoPE.
+
+    The function is shared by every model of the architecture, so only calls made inside the
+    tapped model's forward count (an assistant model of the same family calls it too)."""
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
     original = getattr(module, "apply_rotary_pos_emb", None)
     if original is None:
@@ -197,14 +282,23 @@ def _wrap_rotary(model, rec: TapRecorder):
 
     def wrapped(q, k, *args, **kwargs):
         q_rot, k_rot = original(q, k, *args, **kwargs)
-        for tap, x in (("attn.q_rot", q_rot), ("attn.k_rot", k_rot)):
-            name = tapnames.layer_tap(rec.layer, tap)
-            if rec.layer is not None and rec.wants(name):
-                rec.record(name, x.transpose(1, 2).flatten(2))   # [B, H, S, D] -> [B, S, H*D]
+        if rec.active and rec.layer is not None:
+            q_rot, k_rot = (_touch_heads(rec, tapnames.layer_tap(rec.layer, tap), x)
+                            for tap, x in (("attn.q_rot", q_rot), ("attn.k_rot", k_rot)))
         return q_rot, k_rot
 
     module.apply_rotary_pos_emb = wrapped
     return lambda: setattr(module, "apply_rotary_pos_emb", original)
+
+
+def _touch_heads(rec: TapRecorder, tap: str, x: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, D] -> the same, seen (and replaced) as [B, S, H*D]."""
+    if not rec.hooks(tap):
+        return x
+    b, h, s, d = x.shape
+    flat = x.transpose(1, 2).reshape(b, s, h * d)
+    new = rec.touch(tap, flat)
+    return x if new is flat else new.reshape(b, s, h, d).transpose(1, 2).contiguous()
 
 
 # ---- running ---------------------------------------------------------------------------------
@@ -247,33 +341,41 @@ def _chosen_logprobs(logits: torch.Tensor, seq: list[int], n_prompt: int) -> lis
 
 
 def generate_all(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:
-    """Target mode: requests with equal sampling and length form one left-padded batch."""
+    """Target mode: requests with equal sampling and length form one left-padded batch
+    (assisted decoding runs one request per batch: transformers supports no more)."""
     groups: dict[str, list[int]] = {}
+    one_each = assisted(job.spec.options)
     for r, req in enumerate(job.scenario.requests):
-        groups.setdefault(repr((sorted(req.sampling.items()), req.max_tokens)), []).append(r)
+        groups.setdefault(repr((sorted(req.sampling.items()), req.max_tokens, r if one_each else None)), []).append(r)
+    assistant = load_assistant(job)
     outputs: dict[int, RequestOutput] = {}
     step0 = 0
     for members in groups.values():
-        step0 = generate_batch(model, job, prompts, members, rec, step0, outputs)
+        step0 = generate_batch(model, job, prompts, members, rec, step0, outputs, assistant)
     return [outputs[r] for r in range(len(prompts))]
 
 
-def generate_batch(model, job, prompts, members, rec, step0, outputs) -> int:
-    from tools.engines.hf_generate import generate_kwargs, left_pad
+def load_assistant(job: RunJob):
+    """The draft model of assisted decoding: 'self' = a second copy of the checkpoint under test."""
+    name = job.spec.options.get("assistant_model")
+    if name is None:
+        return None
+    return load_model(job.checkpoint if name == "self" else name, job.spec, job.device)[0]
 
+
+def generate_batch(model, job, prompts, members, rec, step0, outputs, assistant=None) -> int:
     req = job.scenario.requests[members[0]]
     ids, mask, pads = left_pad([prompts[r] for r in members], model.config.pad_token_id or 0)
     width = ids.shape[1]
-    calls = {"n": 0}
+    computed_at: dict[int, int] = {}     # padded column -> last step that computed it
+    calls = [0]
 
-    def pre_forward(_mod, _args, _kwargs):
-        k = calls["n"]
-        rec.step = step0 + k
-        if k == 0:
-            rec.rows = RowMap(members, [[s - pads[b] for s in range(width)] for b in range(len(members))])
-        else:
-            rec.rows = RowMap(members, [[width - pads[b] + k - 1] for b in range(len(members))])
-        calls["n"] += 1
+    def pre_forward(_mod, _args, kwargs):
+        # one forward per prefill chunk, decode step or draft verification: its rows are its columns
+        rec.step, calls[0] = step0 + calls[0], calls[0] + 1
+        columns = forward_columns(kwargs, pads)
+        rec.rows = RowMap(members, request_positions(columns, pads))
+        computed_at.update(dict.fromkeys(columns, rec.step))
 
     if req.sampling.get("ignore_eos"):
         model.generation_config.eos_token_id = None   # else generate() fills it back in from here
@@ -281,17 +383,18 @@ def generate_batch(model, job, prompts, members, rec, step0, outputs) -> int:
     try:
         with torch.no_grad():
             out = model.generate(input_ids=ids.to(job.device), attention_mask=mask.to(job.device),
-                                 **generate_kwargs(req, job.spec.options, model))
+                                 **generate_kwargs(req, job.spec.options, model, assistant))
     finally:
         handle.remove()
     out = hf_compat.with_logits(out)
-    _record_generate_head(rec, out, members, prompts, step0, width)
+    steps = [computed_at.get(width - 1 + k, step0) for k in range(len(out.logits))]
+    _record_generate_head(rec, out, members, prompts, steps, width)
     eos = set(_as_list(model.generation_config.eos_token_id))
     for b, r in enumerate(members):
         new, reason = cut_at_eos(out.sequences[b, width:].tolist(), eos)
         lps = [float(torch.log_softmax(s[b].double(), -1)[t]) for s, t in zip(out.logits, new)]
         outputs[r] = RequestOutput(prompt_ids=prompts[r], output_ids=new, logprobs=lps, finish_reason=reason)
-    return step0 + calls["n"]
+    return step0 + calls[0]
 
 
 def _as_list(x) -> list:
@@ -306,7 +409,9 @@ def cut_at_eos(tokens: list[int], eos: set[int]) -> tuple[list[int], str]:
     return tokens, "length"
 
 
-def _record_generate_head(rec, out, members, prompts, step0, width):
+def _record_generate_head(rec, out, members, prompts, steps: list[int], width):
+    """Logits and sampler rows of each generated token k, from generate's own outputs; steps[k] is
+    the forward that computed the logits of token k."""
     for k, (raw, scores) in enumerate(zip(out.logits, out.scores)):
         for b, r in enumerate(members):
             pos = [len(prompts[r]) - 1 + k]
@@ -315,4 +420,4 @@ def _record_generate_head(rec, out, members, prompts, step0, width):
                     "sampler.probs": torch.softmax(scores[b:b + 1].double(), -1), "sampler.token": tok}
             for name, x in rows.items():
                 if rec.wants(name):
-                    rec.records.append(TapRecord(name, step0 + k, r, pos, x.detach().double().clone()))
+                    rec.records.append(TapRecord(name, steps[k], r, pos, x.detach().double().clone()))

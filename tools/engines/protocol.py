@@ -15,6 +15,7 @@ class Capabilities:
     teacher_forcing: bool = True       # can re-run a given token sequence
     dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
     tp_sizes: tuple[int, ...] = (1,)
+    replace: tuple[str, ...] = ()      # tap-name patterns where reference rows can be injected (RunJob.replace)
 
 
 @dataclass
@@ -28,19 +29,20 @@ class RunJob:
     device: str = "cpu"
     native_kernels: list[str] = field(default_factory=list)  # kernels swapped to the native twin
     coverage_root: str | None = None    # record which functions under this dir ran (spectrum evidence)
+    replace: str | None = None          # trace dir whose rows are injected at their taps (tools.replace)
 
     def to_json(self) -> dict:
         return {"scenario": self.scenario.to_dict(), "spec": asdict(self.spec),
                 "checkpoint": self.checkpoint, "teacher": self.teacher, "taps": self.taps,
                 "device": self.device, "native_kernels": list(self.native_kernels),
-                "coverage_root": self.coverage_root}
+                "coverage_root": self.coverage_root, "replace": self.replace}
 
     @classmethod
     def from_json(cls, d: dict) -> "RunJob":
         return cls(scenario=from_dict(d["scenario"]), spec=EngineSpec(**d["spec"]),
                    checkpoint=d["checkpoint"], teacher=d.get("teacher"), taps=d.get("taps"),
                    device=d.get("device", "cpu"), native_kernels=d.get("native_kernels", []),
-                   coverage_root=d.get("coverage_root"))
+                   coverage_root=d.get("coverage_root"), replace=d.get("replace"))
 
 
 class Engine(Protocol):
@@ -48,4 +50,16 @@ class Engine(Protocol):
 
     def capabilities(self, spec: EngineSpec) -> Capabilities: ...
 
+    def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
+        """Raise ValueError (one line) for an option the adapter cannot run and tap correctly on `device`."""
+
     def run(self, job: RunJob) -> Trace: ...
+
+
+def check_spec(spec: EngineSpec, device: str = "cpu") -> None:
+    """Refuse, before any engine starts, options the engine's adapter cannot tap correctly."""
+    from tools.engines import get_engine
+
+    check = getattr(get_engine(spec.engine), "check_options", None)   # optional for outside adapters
+    if check is not None:
+        check(spec, device)

@@ -31,6 +31,11 @@ their heads / channels) through the runner's call_all_ranks, and each such tap i
 back together by concatenating the ranks' features in rank order (rank r holds heads
 r*H/tp.., so that is the canonical layout). Row-parallel outputs (o_proj, down), the
 embedding and the logits are read after their all-reduce / gather, on rank 0.
+
+Tensor replacement (RunJob.replace, tools/replace.py): the same hooks write reference rows
+back into the module output the tap is read from (`write_output`, the inverse of
+`read_output`); replacing a fused norm's residual recomputes its normed rows from it, so
+`layers.{i}.out` and `resid_mid` can be injected although no module returns them alone.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob
 from tools.scenario import EngineSpec
 from tools.taps import HEAD_TAPS, matches, order_key, split
@@ -82,13 +88,24 @@ COLUMN_PARALLEL_TAPS = ("attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot"
 
 
 def import_tinyserve():
-    """The tree under test if it is on the path, else the pristine subject beside diffdx."""
+    """The tree under test if it is on the path, else the pristine subject beside diffdx.
+
+    Only a tree with no tinyserve at all falls back: a tree whose own import fails (a broken
+    fork, a bad commit in bisection) must fail the run, never be replaced by the bundled copy
+    (regression, issue 16: that probed the pristine subject and reported "agree")."""
     try:
         import tinyserve
-    except ImportError:
+    except ModuleNotFoundError as e:
+        if e.name != "tinyserve":
+            raise
         sys.path.insert(0, str(SUBJECT_ROOT))
         import tinyserve
     return tinyserve
+
+
+# Taps where reference rows can be injected (RunJob.replace): every tap read from a module output.
+# A fused norm's residual is replaced together with the normed rows recomputed from it.
+REPLACEABLE = ("embed", "layers.*", "final_norm", "logits", "sampler.logits")
 
 
 def read_output(output, reader: str, module) -> torch.Tensor | None:
@@ -110,14 +127,41 @@ def read_output(output, reader: str, module) -> torch.Tensor | None:
     raise ValueError(f"unknown tap reader {reader!r}")
 
 
-class TapRecorder:
-    """Forward hooks that copy canonical taps out of a running tinyserve engine."""
+def write_output(output, reader: str, module, new: torch.Tensor):
+    """The inverse of read_output: `output` with the tap's tensor replaced by `new` (same shape)."""
+    if reader == "tensor" or (reader == "normed" and not isinstance(output, tuple)):
+        return new
+    if reader == "normed":
+        return (new, *output[1:])
+    if reader == "residual":
+        # the fused norm's normed rows were computed from the old residual: recompute the changed ones
+        changed = (new != output[1]).reshape(new.shape[0], -1).any(-1)
+        normed = torch.where(changed.view(-1, *[1] * (new.dim() - 1)), module.forward(new), output[0])
+        return (normed, new, *output[2:])
+    if reader.startswith("item"):
+        i = int(reader[4:])
+        return (*output[:i], new, *output[i + 1:])
+    if reader.startswith("shard"):
+        i = int(reader[5:])
+        start = sum(module.output_sizes[:i])
+        fused = output.clone()
+        fused[..., start:start + module.output_sizes[i]] = new
+        return fused
+    raise ValueError(f"tap reader {reader!r} cannot be replaced")
 
-    def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype):
-        self.runner, self.patterns, self.out_dtype = runner, patterns, out_dtype
+
+class TapRecorder:
+    """Forward hooks that copy canonical taps out of a running tinyserve engine, and inject
+    reference rows at the taps an Injection names (tensor replacement)."""
+
+    def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype, inject=None):
+        self.runner, self.patterns, self.out_dtype, self.inject = runner, patterns, out_dtype, inject
         self.records: list[TapRecord] = []
         self.hooks = self._hook_plan(arch, num_layers)
         self._forward_context = import_tinyserve().forward_context.get_forward_context
+
+    def _touched(self, tap: str) -> bool:
+        return matches(tap, self.patterns) or (self.inject is not None and self.inject.wants(tap))
 
     def _hook_plan(self, arch: str, num_layers: int) -> list[tuple[str, str, list]]:
         plan = []
@@ -128,8 +172,8 @@ class TapRecorder:
         for path, rows, taps in GLOBAL_HOOKS:
             named = [(t.replace("<last>", f"layers.{num_layers - 1}"), r) for t, r in taps]
             plan.append((path, rows, named))
-        return [(p, rows, [(t, r) for t, r in taps if matches(t, self.patterns)])
-                for p, rows, taps in plan if any(matches(t, self.patterns) for t, _ in taps)]
+        return [(p, rows, [(t, r) for t, r in taps if self._touched(t)])
+                for p, rows, taps in plan if any(self._touched(t) for t, _ in taps)]
 
     @staticmethod
     def _layer_tap(i: int, tap: str, num_layers: int) -> str | None:
@@ -139,18 +183,37 @@ class TapRecorder:
 
     def _hook(self, rows: str, taps: list):
         def hook(module, inputs, output):
-            ctx = self._forward_context()
+            ctx, given = self._forward_context(), output
+            # injections first (a residual's renormed rows are read below), residuals before the
+            # normed rows computed from them, so an injected normed tap is not recomputed over
+            for tap, reader in sorted(taps, key=lambda t: t[1] != "residual"):
+                if self.inject is not None and self.inject.wants(tap):
+                    output = self._inject(ctx, tap, rows, reader, module, output)
             for tap, reader in taps:
                 tensor = read_output(output, reader, module)
-                if tensor is not None:
+                if tensor is not None and matches(tap, self.patterns):
                     self._record(ctx, tap, rows, tensor.detach().clone())
+            return None if output is given else output
         return hook
 
-    def _record(self, ctx, tap: str, rows: str, tensor: torch.Tensor) -> None:
+    def _inject(self, ctx, tap: str, rows: str, reader: str, module, output):
+        tensor = read_output(output, reader, module)
+        if tensor is None:
+            return output
+        seq_index, positions = self._rows(ctx, rows)
+        requests = [int(ctx.request_ids[s]) for s in seq_index.tolist()]
+        new = self.inject.apply(tap, tensor, requests, positions.tolist())
+        return output if new is tensor else write_output(output, reader, module, new)
+
+    @staticmethod
+    def _rows(ctx, rows: str):
+        """-> (scheduled-sequence index, token position) of each row of a tap read with `rows`."""
         if rows == "tokens":
-            seq_index, positions = ctx.row_seq_index, ctx.positions
-        else:
-            seq_index, positions = ctx.sample_seq_index, ctx.positions[ctx.logits_indices]
+            return ctx.row_seq_index, ctx.positions
+        return ctx.sample_seq_index, ctx.positions[ctx.logits_indices]
+
+    def _record(self, ctx, tap: str, rows: str, tensor: torch.Tensor) -> None:
+        seq_index, positions = self._rows(ctx, rows)
         for s in seq_index.unique(sorted=True).tolist():
             mask = seq_index == s
             self.records.append(TapRecord(name=tap, step=ctx.step, request=int(ctx.request_ids[s]),
@@ -288,6 +351,16 @@ def config_fields(config_py: Path) -> set[str] | None:
     return None
 
 
+def _injection(job: RunJob, tp: int) -> Injection | None:
+    inject = Injection.load(job.replace)
+    if inject is not None and tp > 1:
+        raise ValueError("tensor replacement needs tensor_parallel_size = 1 (other ranks hold the shards)")
+    unsupported = [t for t in (inject.rows if inject else ()) if not matches(t, REPLACEABLE)]
+    if unsupported:
+        raise ValueError(f"tinyserve cannot inject at {unsupported}; replaceable taps: {', '.join(REPLACEABLE)}")
+    return inject
+
+
 class TinyServeEngine:
     name = "tinyserve"
     package = "tinyserve"             # what a --target-source root must hold
@@ -301,7 +374,11 @@ class TinyServeEngine:
         ts = import_tinyserve()
         return Capabilities(taps=("embed", "layers.*", *HEAD_TAPS), kernels=tuple(ts.ops.KERNELS),
                             teacher_forcing=True, dtypes=("float64", "float32", "bfloat16", "float16"),
-                            tp_sizes=(1, 2))
+                            tp_sizes=(1, 2), replace=REPLACEABLE)
+
+    def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
+        """Nothing to refuse here: tinyserve's own Config rejects unknown options when the engine
+        starts, and the tree under test (a fork may add options) is only importable in the worker."""
 
     def run(self, job: RunJob) -> Trace:
         ts = import_tinyserve()
@@ -310,7 +387,8 @@ class TinyServeEngine:
         cfg = engine.config.model_config
         out_dtype = torch.float64 if job.spec.dtype == "float64" else torch.float32
         runner, tp = engine.model_runner, engine.config.tensor_parallel_size
-        recorder = TapRecorder(runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype)
+        recorder = TapRecorder(runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype,
+                               inject=_injection(job, tp))
         if tp > 1:
             runner.call_all_ranks(install_shard_recorder, cfg.model_type, cfg.num_hidden_layers, out_dtype)
         with recorder.attached():
@@ -324,12 +402,13 @@ class TinyServeEngine:
                      outputs=[RequestOutput(prompt_ids=list(o.prompt_token_ids), output_ids=list(o.token_ids),
                                             logprobs=list(o.logprobs), text=o.text, finish_reason=o.finish_reason)
                               for o in results],
-                     meta=self._meta(ts, engine, options, job))
+                     meta=self._meta(ts, engine, options, job, recorder))
 
     @staticmethod
-    def _meta(ts, engine, options: dict, job: RunJob) -> dict:
+    def _meta(ts, engine, options: dict, job: RunJob, recorder: TapRecorder) -> dict:
         native = set(engine.config.native_kernels)
-        return {"options": options, "tinyserve_file": ts.__file__, "steps": engine.step_count,
+        replaced = {"replaced_rows": dict(recorder.inject.replaced)} if recorder.inject is not None else {}
+        return {**replaced, "options": options, "tinyserve_file": ts.__file__, "steps": engine.step_count,
                 "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
                 "teacher_forced": job.teacher is not None, "num_kv_blocks": engine.config.num_kv_blocks,
                 "max_num_batched_tokens": engine.config.max_num_batched_tokens,
