@@ -44,6 +44,17 @@ def test_worker_runs_the_tree_under_test(gemma_trace):
     assert gemma_trace.outputs[1].text is not None and gemma_trace.outputs[0].finish_reason == "length"
 
 
+def test_a_tree_whose_tinyserve_fails_to_import_fails_the_run(tmp_path):
+    """Regression (issue 16): the adapter fell back to the bundled tinyserve when the tree under
+    test raised ImportError on import, so a broken fork was probed as the pristine one ("agree")."""
+    from tools.engines.runner import EngineRunError
+    pkg = tmp_path / "tinyserve"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from tinyserve.missing_module import Engine  # a broken fork\n")
+    with pytest.raises(EngineRunError, match="missing_module"):
+        run_engine(job(scenario("llama")), source_root=tmp_path)
+
+
 def test_taps_are_canonical_and_in_execution_order(gemma_trace):
     names = gemma_trace.taps()
     for name in names:
