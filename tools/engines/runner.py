@@ -66,8 +66,10 @@ def run_engine(job: RunJob, source_root: str | Path | None = None,
         if code != 0:
             raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}",
                                  "crash", log[-4000:])
+        loading = time.monotonic()
         out = trace_io.load(tmp / "trace")
         out.meta["wall_s"] = time.monotonic() - started
+        out.meta["timing"] = run_timing(tmp / "trace" / "timing.json", out.meta["wall_s"], time.monotonic() - loading)
         if keep_temp():
             out.meta["run_dir"] = str(tmp)
         return out
@@ -136,6 +138,15 @@ def fork_server(env: dict) -> ForkServer | None:
 
 
 _SERVER: ForkServer | None = None
+
+
+def run_timing(worker_timing: Path, wall_s: float, load_s: float) -> dict:
+    """Seconds per part of one run: start-up (process, imports), engine (forward and capture,
+    coverage included), save, load. Start-up is what the worker did not account for."""
+    t = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
+    t["load_s"] = load_s
+    t["startup_s"] = max(0.0, wall_s - sum(t.values()))
+    return t
 
 
 def keep_temp() -> bool:
