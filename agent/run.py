@@ -167,6 +167,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--config", type=Path, help="TOML file of RunConfig fields (budgets, timeouts)")
     ap.add_argument("--out", type=Path, help="output dir (default out/<issue>)")
     ap.add_argument("--json", action="store_true", help="print report.json to stdout")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     args = ap.parse_args(argv)
     if (args.issue is None) == (args.issue_file is None):
         ap.error("give exactly one of --issue N or --issue-file FILE")
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:                 # argparse says 2 for usage errors; 2 means "not reproduced" here
         return 1 if e.code == 2 else int(e.code or 0)
+    from tools.engines.runner import end_cleanly
+    end_cleanly(args.keep_temp)
     console = Console(stderr=True)
     try:
         cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)

@@ -325,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     args = ap.parse_args(argv)
+    from tools.engines.runner import end_cleanly
+    end_cleanly(args.keep_temp)
     try:
         cfg = RunConfig(out=args.out, cases=tuple(args.cases), cases_dir=args.cases_dir, agent=args.agent,
                         llm=args.llm, workers=args.workers, ray=args.ray, samples=args.samples)

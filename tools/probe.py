@@ -1,7 +1,7 @@
 """The probe: run target and reference on one scenario, compare taps, say where they part.
 
     python -m tools.probe --scenario s.toml [--target transformers:bfloat16:attn_implementation=sdpa]
-                          [--reference transformers:float32] [--target-source DIR] [--json]
+                          [--reference transformers:float32] [--target-source DIR] [--json] [--keep-temp]
 
 Exit status: 0 the engines agree, 1 they diverge, 2 the probe could not run.
 """
@@ -17,7 +17,7 @@ from tools import compare
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.engines.protocol import RunJob
-from tools.engines.runner import EngineRunError, run_engine
+from tools.engines.runner import EngineRunError, end_cleanly, run_engine
 from tools.scenario import EngineSpec, Scenario, ScenarioError, load
 from tools.trace import Trace
 
@@ -212,7 +212,9 @@ def main(argv=None) -> int:
     ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     args = ap.parse_args(argv)
+    end_cleanly(args.keep_temp)
     try:
         sc = load(args.scenario)
         if args.target:

@@ -218,6 +218,9 @@ class ForkServer:
         except (OSError, ValueError, KeyError) as e:
             conn.close()
             raise ZygoteUnavailable(f"the fork server did not answer: {e}") from None
+        except BaseException:
+            conn.close()            # interrupted: the zygote kills a child whose connection closes
+            raise
         return ForkedRun(conn, pid)
 
     def stop(self) -> None:

@@ -149,6 +149,22 @@ def run_timing(worker_timing: Path, wall_s: float, load_s: float) -> dict:
     return t
 
 
+def end_cleanly(keep_temp_folders: bool = False) -> None:
+    """For a CLI's main thread: make SIGTERM end the run as Ctrl-C does, by an exception, so that
+    every worker group is killed, the zygote stopped and temporary folders removed on the way out;
+    `keep_temp_folders` (--keep-temp) keeps the run folders, in this process and its children."""
+    if keep_temp_folders:
+        os.environ["DIFFDX_KEEP_TEMP"] = "1"
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum, _frame):
+    import multiprocessing
+    for child in multiprocessing.active_children():    # benchmark.run's case workers clean up the same way
+        child.terminate()
+    raise SystemExit(128 + signum)
+
+
 def keep_temp() -> bool:
     return os.environ.get("DIFFDX_KEEP_TEMP", "") not in ("", "0")
 
