@@ -200,11 +200,16 @@ class ForkServer:
             self.proc = subprocess.Popen([sys.executable, "-m", "tools.engines.forkserver", sock], env=self.env,
                                          cwd=self.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, start_new_session=True)
-            ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
-            if not ready or self.proc.stdout.readline().strip() != b"ready":
+            atexit.register(self.stop)
+            try:
+                ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
+                started = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+            except BaseException:
+                self.stop_locked()          # interrupted while it was starting
+                raise
+            if not started:
                 self.stop_locked()
                 raise ZygoteUnavailable("the fork server did not start")
-            atexit.register(self.stop)
 
     def spawn(self, module: str, args: list[str], env: dict, cwd: str, log: str) -> "ForkedRun":
         self.start()
