@@ -8,7 +8,8 @@ a crash of the caller: during bisection it is just a `skip`.
 Workers are forked from a zygote that has imported torch once (tools/engines/forkserver.py);
 each still imports the tree under test fresh. Switches (environment, inherited by workers):
 DIFFDX_FORKSERVER=0 runs every worker as a plain `python -m` subprocess; DIFFDX_KEEP_TEMP=1
-keeps each run's folder (/tmp/diffdx-run-*) instead of removing it.
+keeps each run's folder (/tmp/diffdx-run-*) instead of removing it; DIFFDX_RUN_LOG=FILE appends
+each run's timing to FILE.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def run_engine(job: RunJob, source_root: str | Path | None = None,
         out.meta["timing"] = run_timing(tmp / "trace" / "timing.json", out.meta["wall_s"], time.monotonic() - loading)
         if keep_temp():
             out.meta["run_dir"] = str(tmp)
+        log_run(job, out.meta["timing"], out.meta["wall_s"])
         return out
     finally:
         if not keep_temp():
@@ -163,6 +165,18 @@ def _terminated(signum, _frame):
     for child in multiprocessing.active_children():    # benchmark.run's case workers clean up the same way
         child.terminate()
     raise SystemExit(128 + signum)
+
+
+def log_run(job: RunJob, timing: dict, wall_s: float) -> None:
+    """One JSON line per engine run to $DIFFDX_RUN_LOG, when set (benchmark.perf reads it)."""
+    path = os.environ.get("DIFFDX_RUN_LOG")
+    if not path:
+        return
+    entry = {"end": time.time(), "wall_s": wall_s, **timing, "engine": job.spec.engine,
+             "capture": job.taps != [], "coverage": bool(job.coverage_root),
+             "forkserver": os.environ.get("DIFFDX_FORKSERVER", "1") != "0"}
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def keep_temp() -> bool:
