@@ -4,6 +4,9 @@ the tree under test fresh (its sitecustomize included)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from tests.tools.procs import alive, group_members
 from tools.checkpoints import ensure_checkpoint
 from tools.engines.protocol import RunJob
-from tools.engines.runner import EngineRunError, run_engine
+from tools.engines.runner import DIFFDX_ROOT, EngineRunError, run_engine
 from tools.scenario import from_dict
 
 MODES = ["fork", "plain"]
@@ -102,3 +105,34 @@ def test_worker_imports_nothing_of_the_engine_before_the_tree(tmp_path, mode):
                                "m.split('.')[0] in ('tinyserve', 'transformers'))))\n")
     run_engine(tiny_job(), tree, workdir=tmp_path)
     assert seen.read_text() == ""
+
+
+ORCHESTRATOR = """
+import sys
+from pathlib import Path
+from tests.tools.test_runner import tiny_job
+from tools.engines.runner import run_engine
+run_engine(tiny_job(), Path(sys.argv[1]))
+"""
+
+
+def test_a_killed_orchestrator_leaves_no_worker_and_no_folder(tmp_path):
+    """Even SIGKILL, which no handler sees: the zygote notices its parent is gone and cleans up."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pid_file = tmp_path / "worker.pid"
+    tree = tree_with(tmp_path, f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(DIFFDX_ROOT), "DIFFDX_FORKSERVER": "1"}
+    env.pop("DIFFDX_KEEP_TEMP", None)
+    proc = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(tree)], env=env, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not pid_file.exists() and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.2)
+    worker = int(pid_file.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while (alive(worker) or list(tmp.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker) and sorted(p.name for p in tmp.iterdir()) == []

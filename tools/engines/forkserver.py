@@ -13,7 +13,8 @@ so no thread pool exists for fork to break. Each run is one connection on its Un
 
 The child then behaves as `python -m M args` started with the run's environment would (DESIGN §4):
 sys.path is rebuilt from the run's PYTHONPATH, a `sitecustomize` found there is imported, and
-the module runs as `__main__`, so the tree under test is imported fresh in every run. If the
+the module runs as `__main__`, so the tree under test is imported fresh in every run; at the end
+it runs atexit handlers and joins its threads but skips the module teardown (seconds with torch). If the
 orchestrator goes away (EOF on the zygote's stdin), the zygote kills every child's group,
 removes their run folders (unless DIFFDX_KEEP_TEMP is set) and exits.
 """
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 
 PRELOAD = ("torch", "numpy", "safetensors.torch")   # third-party only: never an engine's code
 
@@ -312,7 +314,44 @@ def run_child(request: dict, base_path: list[str]) -> None:
     importlib.invalidate_caches()
     run_site_hooks([p for p in sys.path[1:] if p not in base_path])
     sys.argv = [request["module"], *request["args"]]
-    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = exit_code(e.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = -signal.SIGINT
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finish(code)
+
+
+def exit_code(value) -> int:
+    """SystemExit's argument -> the process exit status, as the interpreter maps it."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+def finish(code: int) -> None:
+    """Exit as an interpreter does (atexit handlers, non-daemon threads joined, output flushed) but
+    without tearing down every module: with torch loaded that teardown alone takes seconds."""
+    atexit._run_exitfuncs()
+    threading._shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code < 0:                     # died of a signal (Ctrl-C): say so the same way
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
 
 
 def main(sock_path: str) -> int:
@@ -324,6 +363,7 @@ def main(sock_path: str) -> int:
     print("ready", flush=True)
     request = zygote.serve()
     if request is None:
+        shutil.rmtree(os.path.dirname(sock_path), ignore_errors=True)   # the orchestrator may be gone
         return 0
     run_child(request, base_path)
     return 0
