@@ -95,7 +95,7 @@ class Zygote:
         """'kill' or a closed connection: the parent gave up on this run."""
         data = conn.recv(64)
         if pid in self.live and (not data or b"kill" in data):
-            _kill_group(pid)
+            _kill_run(pid)
         if not data:
             self.sel.unregister(conn)
 
@@ -120,8 +120,8 @@ class Zygote:
     def shutdown(self) -> None:
         """The orchestrator is gone: leave no worker and no run folder behind."""
         for pid, (_, request) in list(self.live.items()):
-            _kill_group(pid)
-            if not os.environ.get("DIFFDX_KEEP_TEMP"):
+            _kill_run(pid)
+            if os.environ.get("DIFFDX_KEEP_TEMP", "") in ("", "0"):
                 shutil.rmtree(request["cwd"], ignore_errors=True)
         for pid in list(self.live):
             try:
@@ -160,6 +160,15 @@ def _read_line(conn: socket.socket) -> bytes:
             break
         buf += chunk
     return buf
+
+
+def _kill_run(pid: int) -> None:
+    """A forked run's group, and the child itself in case it has not yet made its own group."""
+    _kill_group(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _kill_group(pid: int) -> None:
