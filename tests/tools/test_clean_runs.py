@@ -66,8 +66,7 @@ def test_probe_interrupted_leaves_nothing_behind(tmp_path, sig, forkserver):
     assert proc.returncode != 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
 def test_agent_run_interrupted_leaves_nothing_behind(tmp_path, sig):
     """agent.run also builds the case repo in a temp folder: that goes too."""
     tmp = tmp_path / "tmp"
