@@ -174,6 +174,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="output dir (default out/<issue>)")
     ap.add_argument("--json", action="store_true", help="print report.json to stdout")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr (the live line and the stage lines)")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     args = ap.parse_args(argv)
     if (args.issue is None) == (args.issue_file is None):
         ap.error("give exactly one of --issue N or --issue-file FILE")
@@ -320,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     from rich.console import Console
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from tools.engines.runner import end_cleanly
+    end_cleanly(args.keep_temp)
     console = Console(stderr=True)
     cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
     if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):

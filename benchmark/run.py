@@ -344,6 +344,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
     ap.add_argument("--out", type=Path, help="output folder (required unless --list)")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     args = ap.parse_args(argv)
     if not args.list and args.out is None:
         ap.error("--out DIR is required (or --list)")
@@ -356,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
+    from tools.engines.runner import end_cleanly
+    end_cleanly(args.keep_temp)
     try:
         if args.list:
             print(case_listing(load_cases(args.cases_dir, list(args.cases) or None)))

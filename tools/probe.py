@@ -1,7 +1,7 @@
 """The probe: run target and reference on one scenario, compare taps, say where they part.
 
     python -m tools.probe --scenario s.toml [--target transformers:bfloat16:attn_implementation=sdpa]
-                          [--reference transformers:float32] [--target-source DIR] [--json]
+                          [--reference transformers:float32] [--target-source DIR] [--json] [--keep-temp]
 
 Exit status: 0 the engines agree, 1 they diverge, 2 bad input (scenario, flag, path, tap
 pattern), 3 environment failure (an engine process crashed or timed out); see tools/errors.py.
@@ -18,7 +18,7 @@ from tools import compare, progress
 from tools.align import align
 from tools.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.engines.protocol import RunJob, check_spec
-from tools.engines.runner import EngineRunError, run_engine
+from tools.engines.runner import EngineRunError, end_cleanly, run_engine
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
 from tools.trace import Trace
@@ -236,14 +236,16 @@ def parse_args(argv):
     ap.add_argument("--scenario", required=True, type=Path)
     ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
     ap.add_argument("--engine", help="target engine: a registered name or module:Class (docs/engines.md)")
-    ap.add_argument("--reference", help="ENGINE[::k=v,...] overriding [reference] (it runs in float64 and the "
-                                        "target's dtype)")
+    ap.add_argument("--reference", help="ENGINE[:DTYPE[:k=v,...]] overriding [reference]; DTYPE is the trusted "
+                                        "run's precision (float64 or float32), the reference also runs in the "
+                                        "target's dtype")
     ap.add_argument("--target-source", type=Path, help="source tree under test: the folder holding the engine's "
                                                        "package (first on PYTHONPATH)")
     ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all); each must match a tap")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
     return ap.parse_args(argv)
 
 
@@ -267,6 +269,7 @@ def scenario_from_args(args) -> tuple[Scenario, Path | None]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    end_cleanly(args.keep_temp)
     sc, source = scenario_from_args(args)
     try:
         with progress.live(quiet=args.quiet):

@@ -4,11 +4,18 @@ The worker's PYTHONPATH starts with the tree under test (a git worktree), then
 diffdx's own root, so the target imports the code being diagnosed while the
 adapter code comes from diffdx. A crash or a hang is an EngineRunError, never
 a crash of the caller: during bisection it is just a `skip`.
+
+Workers are forked from a zygote that has imported torch once (tools/engines/forkserver.py);
+each still imports the tree under test fresh. Switches (environment, inherited by workers):
+DIFFDX_FORKSERVER=0 runs every worker as a plain `python -m` subprocess; DIFFDX_KEEP_TEMP=1
+keeps each run's folder (/tmp/diffdx-run-*) instead of removing it; DIFFDX_RUN_LOG=FILE appends
+each run's timing to FILE.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,10 +24,12 @@ import time
 from pathlib import Path
 
 from tools import trace as trace_io
+from tools.engines.forkserver import ForkServer, ZygoteUnavailable
 from tools.engines.protocol import RunJob
 
 DIFFDX_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT_S = 600.0
+WORKER_MODULE = "tools.engines.worker"
 
 
 class EngineRunError(RuntimeError):
@@ -57,26 +66,132 @@ def _release_dependency_paths(source_root) -> list[str]:
 
 def run_engine(job: RunJob, source_root: str | Path | None = None,
                timeout: float = DEFAULT_TIMEOUT_S, workdir: str | Path | None = None) -> trace_io.Trace:
-    """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path."""
+    """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path.
+    The run's folder is removed afterwards, whatever happens, unless DIFFDX_KEEP_TEMP is set."""
     tmp = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
-    (tmp / "job.json").write_text(json.dumps(job.to_json()))
-    cmd = [sys.executable, "-m", "tools.engines.worker", str(tmp / "job.json"), str(tmp / "trace")]
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, env=worker_env(source_root), cwd=str(tmp), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        (tmp / "job.json").write_text(json.dumps(job.to_json()))
+        started = time.monotonic()
+        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], worker_env(source_root), tmp, timeout)
+        if code is None:
+            raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
+        if code != 0:
+            raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}",
+                                 "crash", log[-4000:])
+        loading = time.monotonic()
+        out = trace_io.load(tmp / "trace")
+        out.meta["wall_s"] = time.monotonic() - started
+        out.meta["timing"] = run_timing(tmp / "trace" / "timing.json", out.meta["wall_s"], time.monotonic() - loading)
+        if keep_temp():
+            out.meta["run_dir"] = str(tmp)
+        log_run(job, out.meta["timing"], out.meta["wall_s"])
+        return out
+    finally:
+        if not keep_temp():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def execute(args: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int | None, str]:
+    """Run the worker module -> (exit code, or None on timeout; its output). Forked from the zygote
+    when that is on and possible, else a plain subprocess; either way in its own process group,
+    killed as a whole at the timeout or when the caller is interrupted."""
+    server = fork_server(env)
+    if server is not None:
+        try:
+            return _execute_forked(server, args, env, cwd, timeout)
+        except ZygoteUnavailable:
+            pass
+    return _execute_plain(args, env, cwd, timeout)
+
+
+def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
+    log = cwd / "worker.log"
+    run = server.spawn(WORKER_MODULE, args, env, str(cwd), str(log))
+    try:
+        code = run.wait(timeout)
+        if code is None:
+            run.kill()
+    except BaseException:
+        run.kill()                  # interrupted: leave no worker behind
+        raise
+    finally:
+        run.close()
+    return code, log.read_text(errors="replace") if log.exists() else ""
+
+
+def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
+    proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *args], env=env, cwd=str(cwd),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        log = proc.communicate()[0] or ""
-        raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
-    if proc.returncode != 0:
-        raise EngineRunError(f"{job.spec.engine} run failed (exit {proc.returncode}): {_last_line(log)}",
-                             "crash", log[-4000:])
-    out = trace_io.load(tmp / "trace")
-    out.meta["wall_s"] = time.monotonic() - started
-    out.meta["run_dir"] = str(tmp)
-    return out
+        return None, proc.communicate()[0] or ""
+    except BaseException:
+        _kill_group(proc)           # interrupted: leave no worker behind
+        proc.communicate()
+        raise
+    return proc.returncode, log
+
+
+def fork_server(env: dict) -> ForkServer | None:
+    """This process's zygote (started lazily), or None when off, unavailable or `env` needs other flags."""
+    global _SERVER
+    if os.environ.get("DIFFDX_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+        return None
+    if _SERVER is None or _SERVER.owner != os.getpid():
+        _SERVER = ForkServer(worker_env(None))
+    if not _SERVER.compatible(env):
+        return None
+    try:
+        _SERVER.start()
+    except (ZygoteUnavailable, OSError):
+        return None
+    return _SERVER
+
+
+_SERVER: ForkServer | None = None
+
+
+def run_timing(worker_timing: Path, wall_s: float, load_s: float) -> dict:
+    """Seconds per part of one run: start-up (process, imports), engine (forward and capture,
+    coverage included), save, load. Start-up is what the worker did not account for."""
+    t = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
+    t["load_s"] = load_s
+    t["startup_s"] = max(0.0, wall_s - sum(t.values()))
+    return t
+
+
+def end_cleanly(keep_temp_folders: bool = False) -> None:
+    """For a CLI's main thread: make SIGTERM end the run as Ctrl-C does, by an exception, so that
+    every worker group is killed, the zygote stopped and temporary folders removed on the way out;
+    `keep_temp_folders` (--keep-temp) keeps the run folders, in this process and its children."""
+    if keep_temp_folders:
+        os.environ["DIFFDX_KEEP_TEMP"] = "1"
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum, _frame):
+    import multiprocessing
+    for child in multiprocessing.active_children():    # benchmark.run's case workers clean up the same way
+        child.terminate()
+    raise SystemExit(128 + signum)
+
+
+def log_run(job: RunJob, timing: dict, wall_s: float) -> None:
+    """One JSON line per engine run to $DIFFDX_RUN_LOG, when set (benchmark.perf reads it)."""
+    path = os.environ.get("DIFFDX_RUN_LOG")
+    if not path:
+        return
+    entry = {"end": time.time(), "wall_s": wall_s, **timing, "engine": job.spec.engine,
+             "capture": job.taps != [], "coverage": bool(job.coverage_root),
+             "forkserver": os.environ.get("DIFFDX_FORKSERVER", "1") != "0"}
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def keep_temp() -> bool:
+    return os.environ.get("DIFFDX_KEEP_TEMP", "") not in ("", "0")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
