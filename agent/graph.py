@@ -1,4 +1,4 @@
-"""The diagnosis loop as a langgraph StateGraph (DESIGN.md "The flow"). Wiring only.
+"""The diagnosis loop as a langgraph StateGraph (docs/design.md "The flow"). Wiring only.
 
 intake -> triage -> reproduce -> localize -> drill_down -> bisect -> read_source
        -> hypothesize -> verify -> report

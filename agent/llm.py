@@ -1,4 +1,4 @@
-"""The LLM (DESIGN.md §7): any OpenAI-compatible endpoint, with a read-only tool loop.
+"""The LLM (docs/design.md §7): any OpenAI-compatible endpoint, with a read-only tool loop.
 
 `LLM.ask(system, user, tools)` returns the model's final answer as a JSON object. On the
 way the model may call the `ToolBox`'s tools (search/read source, callers, callees, a

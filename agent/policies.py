@@ -1,4 +1,4 @@
-"""Policies: the judgment calls of a diagnosis, made by rules or by an LLM (DESIGN.md §7).
+"""Policies: the judgment calls of a diagnosis, made by rules or by an LLM (docs/design.md §7).
 
 Both drive the same graph. The LLM policy asks the model and checks every answer; on a
 timeout, rate limit, malformed tool call or garbage JSON it retries once, then takes the

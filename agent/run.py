@@ -5,7 +5,7 @@
     python -m agent.run --issue-file report.md [--repro repro.toml] --target-source DIR
         [--llm none|openai] [--model NAME] [--config run.toml] [--out DIR] [--json]
 
-Writes DIR/report.json (DESIGN.md §5), DIR/report.md, DIR/divergence.png and DIR/args.json
+Writes DIR/report.json (docs/design.md §5), DIR/report.md, DIR/divergence.png and DIR/args.json
 (default DIR: out/<issue>). Progress goes to stderr. Exit status (tools/errors.py): 0 not
 reproduced, 1 diagnosed (reproduced), 2 bad input (malformed repro or issue, unknown issue
 number, bad path or flag), 3 environment failure (a stage or engine failed, GitHub unreachable,

@@ -9,7 +9,7 @@ Dry-run by default: prints what would be posted. Each issue revision (title + bo
 updated_at) gets at most one comment and one labelling, recorded in SQLite and in a hidden
 marker inside the comment, so re-runs and redelivered webhooks post nothing new.
 
-`classify` contract (DESIGN.md §8): one JSON object per input line, in order. Blank lines are
+`classify` contract (docs/design.md §8): one JSON object per input line, in order. Blank lines are
 not issues and produce no output. A line that is not a JSON object with string `title`/`body`
 produces `{"label": "other", "confidence": 0.0, "error": ...}` and a message on stderr, so the
 output stays aligned with the input's non-blank lines.
@@ -48,7 +48,7 @@ MARKER = "<!-- diffdx-triage revision={} -->"
 
 class Diagnoser(Protocol):
     def diagnose(self, issue: dict, scenario: Scenario | None) -> dict | None:
-        """A DESIGN.md §5 report dict, or None when no diagnosis could be made."""
+        """A docs/design.md §5 report dict, or None when no diagnosis could be made."""
 
 
 class AgentDiagnoser:

@@ -1,4 +1,4 @@
-"""Optional LLM help for triage (DESIGN.md §7): classify an issue, read a scenario out of it.
+"""Optional LLM help for triage (docs/design.md §7): classify an issue, read a scenario out of it.
 
 Any OpenAI-compatible endpoint via the `openai` client (`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
 Every answer is checked; an unusable one returns None and the caller keeps the rules' result.

@@ -29,7 +29,7 @@ from tools.checkpoints import cache_root
 
 BRANCH = "main"
 MAIL_START = re.compile(rb"^From [0-9a-f]{40} ", re.M)
-BASE_PATCH_PREFIX = "00-base"   # such patches are folded into the `base` commit (DESIGN.md §6b)
+BASE_PATCH_PREFIX = "00-base"   # such patches are folded into the `base` commit (docs/design.md §6b)
 
 
 class BuildError(RuntimeError):

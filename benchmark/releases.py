@@ -1,4 +1,4 @@
-"""Release histories (DESIGN.md §6b): a `[releases]` table -> a git repo of PyPI releases.
+"""Release histories (docs/design.md §6b): a `[releases]` table -> a git repo of PyPI releases.
 
 Each release's wheel is fetched once with `pip download --no-deps --only-binary=:all:` into
 the diffdx cache (`<cache>/wheels/<package>-<version>/`); offline re-runs reuse it. A wheel is

@@ -1,4 +1,4 @@
-"""Run a diagnosing agent on benchmark cases and score it (DESIGN.md §5, §6).
+"""Run a diagnosing agent on benchmark cases and score it (docs/design.md §5, §6).
 
     python -m benchmark.run [--cases-dir DIR] [CASE ...] [--agent full|output-only|bisect-only|module:function]
                             [--llm none|openai] [--workers N] [--ray] [--samples N] --out DIR
@@ -6,7 +6,7 @@
 Per case (and sample) a worker builds the case repo in a temp dir and calls the agent
 with only the CaseInput; the agent never sees the case folder or its truth. Output:
 
-    DIR/args.json                 the run's config (STYLE.md §12)
+    DIR/args.json                 the run's config (docs/style.md §12)
     DIR/<case-id>/report.json     the agent's report (+ report.md if it writes one); with
                                   --samples N > 1 also DIR/<case-id>/samples/<i>/report.json
     DIR/results.json              per-case scores and aggregates (benchmark.score)

@@ -1,4 +1,4 @@
-"""Scoring: report.json dicts + Truth -> verdicts (DESIGN.md §6). Pure: no files, no git.
+"""Scoring: report.json dicts + Truth -> verdicts (docs/design.md §6). Pure: no files, no git.
 
 Definitions (one place, so every table means the same thing):
 

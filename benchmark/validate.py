@@ -1,4 +1,4 @@
-"""Prove that benchmark cases are what they claim (DESIGN.md §6).
+"""Prove that benchmark cases are what they claim (docs/design.md §6).
 
     python -m benchmark.validate [--cases-dir DIR] [CASE ...] [--oracle module:function]
 

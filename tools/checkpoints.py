@@ -1,6 +1,6 @@
 """Seeded random-weight checkpoints in HF format, built locally (no hub).
 
-The factory is a contract (DESIGN.md §1): `AutoConfig.for_model(arch, **keys)`,
+The factory is a contract (docs/design.md §1): `AutoConfig.for_model(arch, **keys)`,
 `torch.manual_seed(seed)`, `AutoModelForCausalLM.from_config(config)` in float32,
 `save_pretrained` (safetensors). Same seed and keys give the same weights.
 Keys a scenario leaves out are filled from TINY_PRESETS so that `arch = "llama"`

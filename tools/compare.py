@@ -1,4 +1,4 @@
-"""Robust error ratio, first divergence, and where it happens (DESIGN.md §3). Pure.
+"""Robust error ratio, first divergence, and where it happens (docs/design.md §3). Pure.
 
 For a tap: Y = reference at high precision, R = reference at the target's dtype,
 T = target. Per row: err_T = ||T-Y||/||Y||, err_R = ||R-Y||/||Y||,

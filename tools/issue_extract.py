@@ -1,4 +1,4 @@
-"""Read a Scenario (DESIGN.md §1) out of an issue's text with rules. Pure functions.
+"""Read a Scenario (docs/design.md §1) out of an issue's text with rules. Pure functions.
 
 `extract_scenario(title, body) -> (partial, missing)`: `partial` is shaped like a scenario dict
 (`model`, `target`, `workload`, `good_ref`) plus `meta` (engine name and version, model name as

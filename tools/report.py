@@ -1,4 +1,4 @@
-"""The diagnosis report (DESIGN.md §5): report.json, report.md and divergence.png.
+"""The diagnosis report (docs/design.md §5): report.json, report.md and divergence.png.
 
 `build_report` turns the stage outputs into the §5 dict (exactly its keys, plus the allowed
 extras: trigger, precision, trials, bisection, drill_down, llm_fallbacks, …); `write_report`

@@ -1,4 +1,4 @@
-"""The sampler's taps judged as sampling: both samplers fed one input (DESIGN.md §3, issue 16).
+"""The sampler's taps judged as sampling: both samplers fed one input (docs/design.md §3, issue 16).
 
 `sampler.logits` (penalties, temperature) is continuous and is compared by error ratio like any
 tap. `sampler.probs` and `sampler.token` are not: a top-k / top-p / min-p cut is a discontinuity,

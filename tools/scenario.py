@@ -1,4 +1,4 @@
-"""Scenario: everything a reproduction needs (DESIGN.md §1).
+"""Scenario: everything a reproduction needs (docs/design.md §1).
 
 A Scenario is plain data, checked on creation. It is read from `repro.toml`
 (benchmark cases, users) or built by triage, and passed to every engine run.

@@ -1,6 +1,6 @@
 """A tree-sitter index of an engine's source: symbols, call edges, diff hunks -> functions.
 
-Python and C++/CUDA (`.cpp .cc .cu .cuh .h .hpp`). Qualified names follow DESIGN.md §5:
+Python and C++/CUDA (`.cpp .cc .cu .cuh .h .hpp`). Qualified names follow docs/design.md §5:
 `Class.method`, `function`, nested `outer.inner`; C++ uses the same dots (`Foo::bar` is
 `Foo.bar`, namespaces are left out as Python leaves out the module), and `find` accepts
 either spelling. Lines are 1-based and inclusive; a decorated or templated definition

@@ -1,4 +1,4 @@
-"""Canonical tap names and their execution order (DESIGN.md §2).
+"""Canonical tap names and their execution order (docs/design.md §2).
 
 Every engine adapter reports intermediate states under these names so that two
 engines built differently line up. Per layer, in execution order:

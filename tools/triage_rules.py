@@ -1,4 +1,4 @@
-"""Rule-based triage of an issue text into one label (DESIGN.md §8). Pure functions.
+"""Rule-based triage of an issue text into one label (docs/design.md §8). Pure functions.
 
 An issue is split into title, prose and code blocks (issue templates and environment dumps
 dropped). Weighted cue patterns add evidence per label; a few interaction rules settle the

@@ -1,4 +1,4 @@
-"""Subjects: the code bases under test (DESIGN.md §6), looked up lazily by name.
+"""Subjects: the code bases under test (docs/design.md §6), looked up lazily by name.
 
 A subject is plain data: which folder is copied into the repo, where it lands,
 and who "released" it. The git side (pristine repo, cache) lives in benchmark.build.

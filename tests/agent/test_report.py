@@ -1,4 +1,4 @@
-"""report.json keeps DESIGN.md §5; report.md and divergence.png are written from the same data."""
+"""report.json keeps docs/design.md §5; report.md and divergence.png are written from the same data."""
 import json
 
 import torch

@@ -1,4 +1,4 @@
-"""`python -m agent.triage classify` (the DESIGN.md §8 contract) and the rules behind it."""
+"""`python -m agent.triage classify` (the docs/design.md §8 contract) and the rules behind it."""
 import json
 import subprocess
 import sys

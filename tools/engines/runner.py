@@ -1,4 +1,4 @@
-"""Run an engine in its own process (DESIGN.md §4).
+"""Run an engine in its own process (docs/design.md §4).
 
 The worker's PYTHONPATH starts with the tree under test (a git worktree), then
 diffdx's own root, so the target imports the code being diagnosed while the

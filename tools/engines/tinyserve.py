@@ -1,4 +1,4 @@
-"""diffdx adapter for tinyserve, the benchmark's subject engine (DESIGN.md §4, §6).
+"""diffdx adapter for tinyserve, the benchmark's subject engine (docs/design.md §4, §6).
 
 Runs in the worker process, whose PYTHONPATH starts with the tree under test, so
 `import tinyserve` inside `run()` loads the (possibly buggy) worktree. Taps come
