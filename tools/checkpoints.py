@@ -68,7 +68,6 @@ def ensure_checkpoint(model: dict) -> Path:
         return path
     out = cache_root() / "checkpoints" / f"{model['arch']}-{checkpoint_key(model)}"
     if (out / "model.safetensors").exists():
-        add_release_compat_keys(out)   # checkpoints cached before the keys were written
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
@@ -106,35 +105,6 @@ def write_checkpoint(model: dict, out: Path) -> None:
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     net.save_pretrained(out, safe_serialization=True)
     build_tokenizer(config.vocab_size).save_pretrained(out)
-    add_release_compat_keys(out)
-
-
-def release_compat_keys(config: dict) -> dict:
-    """Keys 4.x releases read where 5.x writes others, with the same meaning (weights untouched):
-    `torch_dtype` next to `dtype`, `rope_theta` and `rope_scaling` next to `rope_parameters`
-    (without them 4.x silently falls back to rope_theta 10000 and no scaling)."""
-    extra = {}
-    if "dtype" in config and "torch_dtype" not in config:
-        extra["torch_dtype"] = config["dtype"]
-    rope = config.get("rope_parameters")
-    if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in config:
-        extra["rope_theta"] = rope["rope_theta"]
-    if isinstance(rope, dict) and rope.get("rope_type", "default") != "default" and not config.get("rope_scaling"):
-        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-        extra["rope_scaling"] = {**scaling, "type": rope["rope_type"]}   # 4.36–4.41 read "type"
-    return extra
-
-
-def add_release_compat_keys(out: Path) -> None:
-    """Rewrite out/config.json with release_compat_keys added (atomically; a no-op when present)."""
-    path = Path(out) / "config.json"
-    config = json.loads(path.read_text())
-    extra = release_compat_keys(config)
-    if not extra:
-        return
-    tmp = path.with_name(f".config.{os.getpid()}.json")
-    tmp.write_text(json.dumps({**config, **extra}, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
 
 
 def build_tokenizer(vocab_size: int):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.releases import unpack_package, wheel_path
-from tools.checkpoints import ensure_checkpoint, release_compat_keys
+from tools.checkpoints import ensure_checkpoint
+from tools.engines.hf_compat import release_compat_keys
 from tools.engines.hf_compat import missing_requirements, tree_version
 from tools.engines.runner import EngineRunError
 from tools.probe import Prober
@@ -70,10 +71,12 @@ def check_cell(tree: Path, version: str, arch: str) -> None:
     assert not result.diverged and result.tokens == {}, result.summary
 
 
-def test_factory_config_is_readable_by_4x():
+def test_factory_checkpoint_stays_5x_and_4x_reads_it_through_load_overrides():
+    """Regression: the legacy keys were written into the checkpoint, which hid a bug that reads
+    the legacy top-level rope_theta (an engine must see the checkpoint 5.x writes)."""
     config = json.loads((ensure_checkpoint({"arch": "llama", "seed": 0}) / "config.json").read_text())
-    assert config["torch_dtype"] == config["dtype"] == "float32"
-    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"]
+    assert "rope_theta" not in config and "torch_dtype" not in config
+    assert release_compat_keys(config)["rope_theta"] == config["rope_parameters"]["rope_theta"]
     linear = {"dtype": "float32", "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5}}
     assert release_compat_keys(linear) == {"torch_dtype": "float32", "rope_theta": 5e5,
                                            "rope_scaling": {"rope_type": "linear", "factor": 2.0, "type": "linear"}}

@@ -176,7 +176,8 @@ def load_model(checkpoint: str, spec: EngineSpec, device: str):
     kwargs = {k: v for k, v in spec.options.items() if k in LOAD_ONLY}
     kwargs.setdefault("attn_implementation", "eager")
     hf_compat.check_arch(checkpoint)   # release differences live in hf_compat
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]),
+                                                 **hf_compat.config_overrides(checkpoint), **kwargs)
     model.to(device).eval()
     try:
         tok = AutoTokenizer.from_pretrained(checkpoint)

@@ -128,6 +128,34 @@ def major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
+def release_compat_keys(config: dict) -> dict:
+    """Keys 4.x releases read where 5.x writes others, with the same meaning:
+    `torch_dtype` next to `dtype`, `rope_theta` and `rope_scaling` next to `rope_parameters`
+    (without them 4.x silently falls back to rope_theta 10000 and no scaling)."""
+    extra = {}
+    if "dtype" in config and "torch_dtype" not in config:
+        extra["torch_dtype"] = config["dtype"]
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in config:
+        extra["rope_theta"] = rope["rope_theta"]
+    if isinstance(rope, dict) and rope.get("rope_type", "default") != "default" and not config.get("rope_scaling"):
+        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        extra["rope_scaling"] = {**scaling, "type": rope["rope_type"]}   # 4.36–4.41 read "type"
+    return extra
+
+
+def config_overrides(checkpoint: str) -> dict:
+    """from_pretrained keyword overrides that let a 4.x release read a 5.x checkpoint as 5.x means
+    it. Given at load time, never written into the checkpoint: a checkpoint stays what 5.x writes
+    (an engine that reads a legacy top-level key from it must still see that key missing)."""
+    import json
+
+    if major() >= 5:
+        return {}
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    return {k: v for k, v in release_compat_keys(config).items() if k != "torch_dtype"}   # dtype: dtype_kwarg
+
+
 def dtype_kwarg(dtype) -> dict:
     """4.x takes `torch_dtype=` (`dtype=` fails there); 5.x takes `dtype=`."""
     return {"dtype": dtype} if major() >= 5 else {"torch_dtype": dtype}
