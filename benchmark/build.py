@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmark.cases import Case, CaseError, load_case, load_cases
@@ -64,28 +65,34 @@ def split_identity(identity: str) -> tuple[str, str]:
 def pristine_repo(subject: Subject) -> Path:
     """Subject -> a cached bare repo holding its snapshot, tagged `base` (and v<version>). Built once."""
     out = cache_root() / "subjects" / f"{subject.name}-{subject.fingerprint()}.git"
+    return cached_bare_repo(out, lambda work: _write_pristine(subject, work))
+
+
+def cached_bare_repo(out: Path, write: Callable[[Path], None]) -> Path:
+    """A bare repo at `out`, built once: `write(work)` fills a fresh `git init`ed work tree in a
+    temp folder, which is cloned bare and renamed into place (a failed build leaves nothing)."""
     if out.is_dir():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent workers wait for one build instead of doing two
         if not out.is_dir():
-            _build_pristine(subject, out)
+            with tempfile.TemporaryDirectory(prefix=f".build-{out.stem}-", dir=out.parent) as tmp:
+                work = Path(tmp) / "work"
+                work.mkdir()
+                git(work, "init", "-q", "-b", BRANCH)
+                write(work)
+                git(Path(tmp), "clone", "-q", "--bare", str(work), "bare.git")
+                os.rename(Path(tmp) / "bare.git", out)
     return out
 
 
-def _build_pristine(subject: Subject, out: Path) -> None:
-    with tempfile.TemporaryDirectory(prefix=f".build-{subject.name}-", dir=out.parent) as tmp:
-        work = Path(tmp) / "work"
-        work.mkdir()
-        subject.copy_to(work)
-        git(work, "init", "-q", "-b", BRANCH)
-        git(work, "add", "-A")
-        git(work, "commit", "-q", "-m", subject.message, identity=subject.maintainer, date=subject.date)
-        for tag in base_tags(subject):
-            git(work, "tag", tag)
-        git(Path(tmp), "clone", "-q", "--bare", str(work), "bare.git")
-        os.rename(Path(tmp) / "bare.git", out)
+def _write_pristine(subject: Subject, work: Path) -> None:
+    subject.copy_to(work)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", subject.message, identity=subject.maintainer, date=subject.date)
+    for tag in base_tags(subject):
+        git(work, "tag", tag)
 
 
 def base_tags(subject: Subject) -> list[str]:
@@ -167,20 +174,7 @@ def _clone_releases(case: Case, dest: Path) -> tuple[Path, Subject, dict]:
 def release_repo(releases: Releases) -> Path:
     """[releases] -> a cached bare repo of those releases (built once; wheels cached separately)."""
     out = cache_root() / "subjects" / f"releases-{releases.package}-{releases.fingerprint()}.git"
-    if out.is_dir():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not out.is_dir():
-            with tempfile.TemporaryDirectory(prefix=f".build-{releases.package}-", dir=out.parent) as tmp:
-                work = Path(tmp) / "work"
-                work.mkdir()
-                git(work, "init", "-q", "-b", BRANCH)
-                write_history(releases, work, git)
-                git(Path(tmp), "clone", "-q", "--bare", str(work), "bare.git")
-                os.rename(Path(tmp) / "bare.git", out)
-    return out
+    return cached_bare_repo(out, lambda work: write_history(releases, work, git))
 
 
 def apply_patch(repo: Path, patch: Path, subject: Subject, case_id: str) -> str:
