@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tools.probe import HIGH_DTYPE, Prober, compare_traces
+from tools.probe import Prober, compare_traces
 from tools.scenario import load
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "tinyserve-batch.toml"
@@ -26,7 +26,7 @@ def one_round(scenario, taps) -> float:
     prober = Prober()
     start = time.perf_counter()
     target = prober.run_target(scenario, None, taps=taps)
-    high = prober.run_reference(scenario, HIGH_DTYPE, target.sequences(), None, taps=taps)
+    high = prober.run_reference(scenario, scenario.reference.dtype, target.sequences(), None, taps=taps)
     low = prober.run_reference(scenario, scenario.target.dtype, target.sequences(), None, taps=taps)
     if taps is None:
         compare_traces(scenario, target, low, high)

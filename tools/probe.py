@@ -23,7 +23,6 @@ from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
 from tools.trace import Trace
 
-HIGH_DTYPE = "float64"
 TEXT_TAP = "detokenizer"         # pseudo-tap: the target's text is not the decoding of its own tokens
 TEXT_MISMATCH_RATIO = 1e6        # a text mismatch has no error ratio; report one far above any threshold
 

@@ -32,7 +32,7 @@ from tools.checkpoints import ensure_checkpoint
 from tools.engines import get_engine
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
-from tools.probe import HIGH_DTYPE, Prober, ProbeResult, compare_traces
+from tools.probe import Prober, ProbeResult, compare_traces
 from tools.scenario import Scenario, ScenarioError, load
 from tools.trace import Trace
 
@@ -157,7 +157,7 @@ class Replacer:
 
     def _compare(self, target: Trace) -> ProbeResult:
         sc, teacher = self.scenario, self.reference.sequences()
-        low = self.reference if sc.target.dtype == HIGH_DTYPE else \
+        low = self.reference if sc.target.dtype == sc.reference.dtype else \
             self.prober.run_reference(sc, sc.target.dtype, teacher, self.reference_source)
         result = compare_traces(sc, target, low, self.reference)
         result.engine_runs = 1
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         sc = load(args.scenario)
         prober = Prober(device=args.device)
         probed = prober.probe(sc, args.target_source)
-        reference = prober.run_reference(sc, HIGH_DTYPE, probed.target.sequences(), None)
+        reference = prober.run_reference(sc, sc.reference.dtype, probed.target.sequences(), None)
         result = replace_at(sc, args.tap, reference, args.target_source, prober)
     except (ScenarioError, EngineRunError, FileNotFoundError, ValueError) as e:
         print(f"replace failed: {e}", file=sys.stderr)

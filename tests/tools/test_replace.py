@@ -22,7 +22,7 @@ from tools.engines.hf import HFEngine
 from tools.engines.injection import Injection, splice_rows
 from tools.engines.protocol import RunJob
 from tools.engines.tinyserve import TinyServeEngine
-from tools.probe import HIGH_DTYPE, Prober, ProbeResult
+from tools.probe import Prober, ProbeResult
 from tools.replace import (DOWNSTREAM, NO_VERDICT, UPSTREAM, Replacement, Replacer, check_replaceable,
                            downstream_divergence, rows_at)
 from tools.scenario import from_dict
@@ -41,7 +41,7 @@ def scenario(arch: str, engine: str = "tinyserve"):
 
 def replacer(arch: str, source: Path, engine: str = "tinyserve") -> Replacer:
     sc, prober = scenario(arch, engine), Prober()
-    return Replacer(sc, prober.run_reference(sc, HIGH_DTYPE, TEACHER, None), source, prober)
+    return Replacer(sc, prober.run_reference(sc, sc.reference.dtype, TEACHER, None), source, prober)
 
 
 @pytest.mark.parametrize("arch", ["llama", pytest.param("qwen2", marks=slow), pytest.param("mistral", marks=slow),

@@ -21,7 +21,7 @@ import torch
 
 from tools import refmodels
 from tools import taps as tapnames
-from tools.engines.hf import TORCH_DTYPES, RowMap, TapRecorder, _chosen_logprobs, _record_head, cut_at_eos
+from tools.engines.hf import TORCH_DTYPES, RowMap, TapRecorder, _chosen_logprobs, _record_head
 from tools.engines.protocol import Capabilities, RunJob
 from tools.sampling_ref import adjust_row, truncate_row
 from tools.scenario import EngineSpec, Request
