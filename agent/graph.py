@@ -5,6 +5,7 @@ intake -> triage -> reproduce -> localize -> drill_down -> bisect -> read_source
 Shortcuts: an error, or a spent budget, goes straight to report; not reproduced -> report;
 no good ref -> skip bisect; no target repo -> nothing to read or bisect, report.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -14,8 +15,18 @@ from langgraph.graph import END, START, StateGraph
 from agent import nodes
 from agent.nodes import DiagnosisState, Session
 
-FLOW = ("intake", "triage", "reproduce", "localize", "drill_down", "bisect", "read_source",
-        "hypothesize", "verify", "report")
+FLOW = (
+    "intake",
+    "triage",
+    "reproduce",
+    "localize",
+    "drill_down",
+    "bisect",
+    "read_source",
+    "hypothesize",
+    "verify",
+    "report",
+)
 
 
 def halted(state: DiagnosisState) -> bool:
@@ -50,8 +61,9 @@ def build_graph(session: Session):
     g.add_conditional_edges("triage", after_triage, ["reproduce", "report"])
     g.add_conditional_edges("reproduce", after_reproduce, ["localize", "report"])
     g.add_conditional_edges("localize", unless_halted("drill_down"), ["drill_down", "report"])
-    g.add_conditional_edges("drill_down", partial(after_drill_down, has_repo=session.repo is not None),
-                            ["bisect", "read_source", "report"])
+    g.add_conditional_edges(
+        "drill_down", partial(after_drill_down, has_repo=session.repo is not None), ["bisect", "read_source", "report"]
+    )
     g.add_conditional_edges("bisect", unless_halted("read_source"), ["read_source", "report"])
     g.add_conditional_edges("read_source", unless_halted("hypothesize"), ["hypothesize", "report"])
     g.add_conditional_edges("hypothesize", unless_halted("verify"), ["verify", "report"])

@@ -10,22 +10,24 @@ Every failure is typed so the policy can retry once and then fall back: `LLMTime
 `LLMRateLimited` (after bounded retries honouring Retry-After), `LLMMalformed` (non-JSON
 answer, non-JSON or unknown tool call), `LLMBudgetSpent` (calls or tokens used up).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 DEFAULT_MODEL = "gpt-4o-mini"
-MODES = ("tools", "json", "plain")          # tried in this order; an endpoint that refuses one drops to the next
-MAX_TOOL_OUTPUT = 6000                      # characters of one tool result shown to the model
+MODES = ("tools", "json", "plain")  # tried in this order; an endpoint that refuses one drops to the next
+MAX_TOOL_OUTPUT = 6000  # characters of one tool result shown to the model
 MAX_RETRY_WAIT_S = 30.0
 
 
@@ -51,9 +53,9 @@ class LLMBudgetSpent(LLMError):
 
 @dataclass
 class Usage:
-    calls: int = 0              # requests sent (failed ones too: they cost a round trip)
-    tokens_in: int = 0          # sum of usage.prompt_tokens
-    tokens_out: int = 0         # sum of usage.completion_tokens
+    calls: int = 0  # requests sent (failed ones too: they cost a round trip)
+    tokens_in: int = 0  # sum of usage.prompt_tokens
+    tokens_out: int = 0  # sum of usage.completion_tokens
 
 
 class ToolBox(Protocol):
@@ -104,27 +106,29 @@ def retry_after(headers, attempt: int, base_s: float) -> float:
     try:
         return min(MAX_RETRY_WAIT_S, max(0.0, float(value)))
     except (TypeError, ValueError):
-        return min(MAX_RETRY_WAIT_S, base_s * 2 ** attempt)
+        return min(MAX_RETRY_WAIT_S, base_s * 2**attempt)
 
 
 @dataclass
 class OpenAIChat:
     """`LLM` over the `openai` client (OPENAI_BASE_URL, OPENAI_API_KEY)."""
+
     model: str = DEFAULT_MODEL
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = 60.0
-    retries: int = 2                 # per request, on 429 / connection errors / 5xx
+    retries: int = 2  # per request, on 429 / connection errors / 5xx
     retry_wait_s: float = 1.0
     max_calls: int = 40
     max_tokens: int = 400_000
     max_tool_rounds: int = 6
-    mode: str = "tools"              # dropped to "json", then "plain", when the endpoint refuses
+    mode: str = "tools"  # dropped to "json", then "plain", when the endpoint refuses
     usage: Usage = field(default_factory=Usage)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
 
     def __post_init__(self):
-        from openai import OpenAI            # only when an LLM is asked for
+        from openai import OpenAI  # only when an LLM is asked for
+
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
@@ -134,7 +138,7 @@ class OpenAIChat:
     def ask(self, system: str, user: str, tools: ToolBox | None = None) -> dict:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         for round_ in range(self.max_tool_rounds + 1):
-            offer = tools if round_ < self.max_tool_rounds else None     # last round: answer now
+            offer = tools if round_ < self.max_tool_rounds else None  # last round: answer now
             message = self._complete(messages, offer)
             if message.tool_calls:
                 self._run_native_calls(message, messages, tools)
@@ -151,29 +155,30 @@ class OpenAIChat:
     # --- one request ------------------------------------------------------------------------
     def _complete(self, messages: list[dict], tools: ToolBox | None):
         import openai
+
         while True:
             try:
                 return self._send(self._request(messages, tools))
             except openai.BadRequestError as e:
                 if self.mode == MODES[-1]:
                     raise LLMError(f"endpoint refused the request: {e}") from None
-                self.mode = MODES[MODES.index(self.mode) + 1]    # e.g. no tool calling: try JSON mode
+                self.mode = MODES[MODES.index(self.mode) + 1]  # e.g. no tool calling: try JSON mode
 
     def _request(self, messages: list[dict], tools: ToolBox | None) -> dict:
         kwargs = {"model": self.model, "messages": messages, "temperature": 0.0}
         if tools is not None and self.mode == "tools":
             kwargs.update(tools=tools.specs(), tool_choice="auto")
             return kwargs
-        if tools is not None:           # the JSON tool protocol, explained in the system message
+        if tools is not None:  # the JSON tool protocol, explained in the system message
             extra = render("json_tools.j2", tools=[t["function"] for t in tools.specs()])
-            kwargs["messages"] = [{**messages[0], "content": messages[0]["content"] + "\n\n" + extra},
-                                  *messages[1:]]
+            kwargs["messages"] = [{**messages[0], "content": messages[0]["content"] + "\n\n" + extra}, *messages[1:]]
         if self.mode == "json":
             kwargs["response_format"] = {"type": "json_object"}
         return kwargs
 
     def _send(self, kwargs: dict):
         import openai
+
         for attempt in range(self.retries + 1):
             self._check_budget()
             self.usage.calls += 1
@@ -182,13 +187,15 @@ class OpenAIChat:
             except openai.APITimeoutError:
                 raise LLMTimeout(f"no answer within {self.timeout_s:g}s") from None
             except openai.RateLimitError as e:
-                error, wait = LLMRateLimited(f"rate limited (HTTP 429): {e}"), retry_after(
-                    e.response.headers, attempt, self.retry_wait_s)
+                error, wait = (
+                    LLMRateLimited(f"rate limited (HTTP 429): {e}"),
+                    retry_after(e.response.headers, attempt, self.retry_wait_s),
+                )
             except (openai.APIConnectionError, openai.InternalServerError) as e:
-                error, wait = LLMError(f"{type(e).__name__}: {e}"), self.retry_wait_s * 2 ** attempt
+                error, wait = LLMError(f"{type(e).__name__}: {e}"), self.retry_wait_s * 2**attempt
             except openai.BadRequestError:
                 raise
-            except openai.OpenAIError as e:      # auth, 404, unparseable response bodies, …
+            except openai.OpenAIError as e:  # auth, 404, unparseable response bodies, …
                 raise LLMError(f"{type(e).__name__}: {e}") from None
             else:
                 return self._account(response)
@@ -215,9 +222,10 @@ class OpenAIChat:
     def _run_native_calls(self, message, messages: list[dict], tools: ToolBox | None) -> None:
         if tools is None:
             raise LLMMalformed("the model called a tool where none was offered")
-        calls = [{"id": c.id, "type": "function",
-                  "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                 for c in message.tool_calls]
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
         messages.append({"role": "assistant", "content": message.content or "", "tool_calls": calls})
         for c in message.tool_calls:
             result = tools.call(c.function.name, tool_arguments(c.function.arguments))
@@ -229,25 +237,30 @@ class OpenAIChat:
             raise LLMMalformed(f"malformed JSON tool call: {raw[:200]!r}")
         result = tools.call(answer["tool"], args)
         messages.append({"role": "assistant", "content": raw})
-        messages.append({"role": "user", "content": render("json_tool_result.j2", tool=answer["tool"],
-                                                           result=result[:MAX_TOOL_OUTPUT])})
+        messages.append(
+            {
+                "role": "user",
+                "content": render("json_tool_result.j2", tool=answer["tool"], result=result[:MAX_TOOL_OUTPUT]),
+            }
+        )
 
 
 # --- the tools the model may call: read-only, or probes of the target in its own processes -----
 
-SAFE_REF = re.compile(r"[0-9A-Za-z][0-9A-Za-z._/~^-]{0,100}")     # no leading '-': never a git option
+SAFE_REF = re.compile(r"[0-9A-Za-z][0-9A-Za-z._/~^-]{0,100}")  # no leading '-': never a git option
 
 
 class SourceTools:
-    """`ToolBox` over the target's source (tools.source), history (tools.gitrepo) and trigger
-    variants (tools.triggers, through `run_variant`). Nothing here writes: the index reads
+    """`ToolBox` over the target's source (tools.source.index), history (tools.history.gitrepo) and trigger
+    variants (tools.reproduce, through `run_variant`). Nothing here writes: the index reads
     files or git objects, diffs are read from git, and a variant probe runs the engine in its
     own process on the source tree as it is. `log` records every call that ran."""
 
     NAMES = ("search_symbols", "read_function", "callers", "callees", "commit_diff", "run_variant")
 
-    def __init__(self, repo: Path | None, run_variant: Callable[[str], str] | None = None,
-                 variants: list[str] | None = None):
+    def __init__(
+        self, repo: Path | None, run_variant: Callable[[str], str] | None = None, variants: list[str] | None = None
+    ):
         self.repo = Path(repo) if repo else None
         self.variant_runner = run_variant
         self.variants = list(variants or [])
@@ -273,13 +286,16 @@ class SourceTools:
         return tuple(n for n in names if n != "run_variant" or self.variant_runner is not None)
 
     def _index(self):
-        from tools.source import open_index
+        from tools.source.index import open_index
+
         return open_index(self.repo, include_tests=False)
 
     def _search_symbols(self, query: str, limit: int = 10) -> str:
         hits = self._index().search(str(query), limit=max(1, min(int(limit), 25)))
-        return "\n".join(f"{s.qualname} ({s.kind}) {s.file}:{s.start_line}-{s.end_line}  {s.doc}"
-                         for s in hits) or "no match"
+        return (
+            "\n".join(f"{s.qualname} ({s.kind}) {s.file}:{s.start_line}-{s.end_line}  {s.doc}" for s in hits)
+            or "no match"
+        )
 
     def _read_function(self, name: str, file: str = "") -> str:
         hits = [s for s in self._index().find(str(name)) if not file or s.file == file]
@@ -289,15 +305,18 @@ class SourceTools:
         return f"# {s.file}:{s.start_line}-{s.end_line} {s.qualname}\n" + self._index().read(s)
 
     def _callers(self, name: str) -> str:
-        return "\n".join(f"{s.qualname} {s.file}:{s.start_line}" for s in self._index().callers(str(name))) \
+        return (
+            "\n".join(f"{s.qualname} {s.file}:{s.start_line}" for s in self._index().callers(str(name)))
             or "no callers found"
+        )
 
     def _callees(self, name: str) -> str:
         hits = self._index().find(str(name))
         return ", ".join(self._index().callees(hits[0])) if hits else f"error: no symbol named {name!r}"
 
     def _commit_diff(self, commit: str) -> str:
-        from tools.gitrepo import GitError, commit_diff, commit_info
+        from tools.history.gitrepo import GitError, commit_diff, commit_info
+
         if not SAFE_REF.fullmatch(str(commit)):
             return f"error: {commit!r} is not a commit reference"
         try:

@@ -8,17 +8,19 @@ placed below an unverified one, the model only orders candidates that carry evid
 it may add at most one new candidate (an existing symbol of the source index), ranked below
 every evidenced one.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 from agent.llm import LLM, LLMBudgetSpent, LLMError, ToolBox, render
-from tools.evidence import CATEGORIES, Hypothesis
+from tools.hypotheses.evidence import CATEGORIES, Hypothesis
 from tools.scenario import Scenario, ScenarioError, from_dict, loads
 
-MAX_ISSUE_CHARS = 20_000          # longer issue text is cut before it reaches a prompt
-MAX_TEXT = 600                    # characters kept of one LLM explanation / fix
+MAX_ISSUE_CHARS = 20_000  # longer issue text is cut before it reaches a prompt
+MAX_TEXT = 600  # characters kept of one LLM explanation / fix
 NEW_CANDIDATE_CONFIDENCE = 0.1
 
 
@@ -37,13 +39,15 @@ class Policy(Protocol):
 
 # --- pure pieces ---------------------------------------------------------------------------------
 
+
 def scenario_from_repro(repro: str | Scenario) -> Scenario:
     return repro if isinstance(repro, Scenario) else loads(repro)
 
 
 def scenario_from_rules(issue_text: str) -> tuple[dict, list[str], Scenario | None]:
     """(partial scenario, what is missing, runnable Scenario or None) from the issue's text."""
-    from tools.issue_extract import extract_scenario, to_scenario
+    from tools.triage.extract import extract_scenario, to_scenario
+
     partial, missing = extract_scenario("", issue_text[:MAX_ISSUE_CHARS])
     return partial, missing, to_scenario(partial)
 
@@ -89,8 +93,10 @@ def constrain_ranking(cands: list[Hypothesis], answer: dict, index=None) -> list
 
 
 def _annotated(h: Hypothesis, i: int, answer: dict) -> Hypothesis:
-    texts = {key: (answer.get(key) or {}).get(str(i)) if isinstance(answer.get(key), dict) else None
-             for key in ("explanations", "fixes")}
+    texts = {
+        key: (answer.get(key) or {}).get(str(i)) if isinstance(answer.get(key), dict) else None
+        for key in ("explanations", "fixes")
+    }
     changes = {}
     if isinstance(texts["explanations"], str) and texts["explanations"].strip():
         changes["explanation"] = texts["explanations"].strip()[:MAX_TEXT]
@@ -112,12 +118,19 @@ def _new_candidate(proposal, cands: list[Hypothesis], index) -> Hypothesis | Non
         return None
     category = proposal.get("category") if proposal.get("category") in CATEGORIES else "numerics"
     why = str(proposal.get("explanation") or "")[:MAX_TEXT]
-    return Hypothesis(file=s.file, function=s.qualname, commit=None, category=category,
-                      confidence=NEW_CANDIDATE_CONFIDENCE, explanation=why,
-                      evidence=[f"proposed by the LLM from reading {s.file}:{s.start_line} (not measured)"])
+    return Hypothesis(
+        file=s.file,
+        function=s.qualname,
+        commit=None,
+        category=category,
+        confidence=NEW_CANDIDATE_CONFIDENCE,
+        explanation=why,
+        evidence=[f"proposed by the LLM from reading {s.file}:{s.start_line} (not measured)"],
+    )
 
 
 # --- the policies --------------------------------------------------------------------------------
+
 
 class DeterministicPolicy:
     """Rules only: the repro as given, the stage's own trigger order, the measured ranking."""
@@ -146,7 +159,7 @@ class LLMPolicy:
         self.fallbacks: list[dict] = []
 
     def read_issue(self, issue_text: str, repro: str | Scenario | None) -> Scenario | None:
-        if repro is not None:                   # authoritative: the model is not asked
+        if repro is not None:  # authoritative: the model is not asked
             return scenario_from_repro(repro)
         partial, missing, scenario = scenario_from_rules(issue_text)
         if scenario is not None and not missing:
@@ -154,6 +167,7 @@ class LLMPolicy:
 
         def parse(answer: dict) -> Scenario:
             from agent.triage_llm import merge_extraction
+
             data = merge_extraction(partial, answer)
             data = {k: v for k, v in data.items() if k != "meta"}
             data["target"] = {"engine": "transformers", **(data.get("target") or {})}
@@ -166,26 +180,63 @@ class LLMPolicy:
         pairs = [variant_name(n) for n in names]
         if not pairs:
             return []
-        prompt = render("order_triggers.j2", engine=scenario.target.engine, dtype=scenario.target.dtype,
-                        n_requests=len(scenario.requests), scenario=scenario.to_dict(), variants=pairs,
-                        probe_summary=repro_state.get("probe_summary") or "", issue=self.issue)
-        return self._ask("order_triggers", prompt, lambda a: valid_order(a, [n for n, _ in pairs]),
-                         lambda: self.rules.order_triggers(scenario, repro_state, names))
+        prompt = render(
+            "order_triggers.j2",
+            engine=scenario.target.engine,
+            dtype=scenario.target.dtype,
+            n_requests=len(scenario.requests),
+            scenario=scenario.to_dict(),
+            variants=pairs,
+            probe_summary=repro_state.get("probe_summary") or "",
+            issue=self.issue,
+        )
+        return self._ask(
+            "order_triggers",
+            prompt,
+            lambda a: valid_order(a, [n for n, _ in pairs]),
+            lambda: self.rules.order_triggers(scenario, repro_state, names),
+        )
 
     def rank(self, hypotheses: list[Hypothesis], context: dict) -> list[Hypothesis]:
         if not hypotheses:
             return []
-        view = [{"id": i, "file": h.file, "function": h.function, "category": h.category, "score": h.score,
-                 "verified": h.verified, "commit": h.commit, "evidence": h.evidence[:6]}
-                for i, h in enumerate(hypotheses)]
-        prompt = render("rank_hypotheses.j2", candidates=view, issue=self.issue,
-                        first_divergence=context.get("first_divergence"), pattern=context.get("pattern") or {},
-                        kernel=context.get("kernel"), commit=context.get("commit"))
-        return self._ask("rank", prompt, lambda a: constrain_ranking(hypotheses, a, context.get("index")),
-                         lambda: self.rules.rank(hypotheses, context))
+        view = [
+            {
+                "id": i,
+                "file": h.file,
+                "function": h.function,
+                "category": h.category,
+                "score": h.score,
+                "verified": h.verified,
+                "commit": h.commit,
+                "evidence": h.evidence[:6],
+            }
+            for i, h in enumerate(hypotheses)
+        ]
+        prompt = render(
+            "rank_hypotheses.j2",
+            candidates=view,
+            issue=self.issue,
+            first_divergence=context.get("first_divergence"),
+            pattern=context.get("pattern") or {},
+            kernel=context.get("kernel"),
+            commit=context.get("commit"),
+        )
+        return self._ask(
+            "rank",
+            prompt,
+            lambda a: constrain_ranking(hypotheses, a, context.get("index")),
+            lambda: self.rules.rank(hypotheses, context),
+        )
 
-    def _ask(self, step: str, prompt: str, parse: Callable[[dict], object], fallback: Callable[[], object],
-             tools: bool = True):
+    def _ask(
+        self,
+        step: str,
+        prompt: str,
+        parse: Callable[[dict], object],
+        fallback: Callable[[], object],
+        tools: bool = True,
+    ):
         errors = []
         for _attempt in range(2):
             try:
@@ -193,10 +244,16 @@ class LLMPolicy:
                 return parse(answer)
             except LLMBudgetSpent as e:
                 errors.append(e)
-                break                           # retrying cannot help
+                break  # retrying cannot help
             except (LLMError, ScenarioError, ValueError, TypeError, KeyError, AttributeError) as e:
                 errors.append(e)
         last = errors[-1]
-        self.fallbacks.append({"step": step, "reason": getattr(last, "kind", "invalid_answer"),
-                               "detail": f"{type(last).__name__}: {last}"[:300], "attempts": len(errors)})
+        self.fallbacks.append(
+            {
+                "step": step,
+                "reason": getattr(last, "kind", "invalid_answer"),
+                "detail": f"{type(last).__name__}: {last}"[:300],
+                "attempts": len(errors),
+            }
+        )
         return fallback()

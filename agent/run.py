@@ -13,6 +13,7 @@ output folder not writable), 4 not reproduced as reported, but the trigger searc
 divergence (a side finding, diagnosed in the report as such; report.json `diagnosis_of` =
 "side finding"). `--config` is a TOML file of RunConfig fields (budgets, timeouts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,17 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tools import progress
-from tools.errors import AGREE, DIVERGED, ENVIRONMENT, EPILOG, SIDE_FINDING, BadInput, EnvironmentFailure, run_cli, writable_dir
+from tools.errors import (
+    AGREE,
+    DIVERGED,
+    ENVIRONMENT,
+    EPILOG,
+    SIDE_FINDING,
+    BadInput,
+    EnvironmentFailure,
+    run_cli,
+    writable_dir,
+)
 from tools.scenario import Scenario, ScenarioError
 
 LLMS = ("none", "openai")
@@ -41,13 +52,13 @@ class RunConfig:
     llm: str = "none"
     model: str | None = None
     max_llm_calls: int = 40
-    max_llm_tokens: int = 400_000           # LLM tokens, in + out
+    max_llm_tokens: int = 400_000  # LLM tokens, in + out
     max_engine_runs: int = 200
     max_wall_s: float = 7200.0
     llm_timeout_s: float = 120.0
-    llm_retries: int = 2                    # per request, on 429 / connection errors
-    trigger_runs: int = 24                  # engine runs the trigger search may spend
-    verify_top: int = 6                     # suspected changes checked by counterfactual (stops at the first that fixes it)
+    llm_retries: int = 2  # per request, on 429 / connection errors
+    trigger_runs: int = 24  # engine runs the trigger search may spend
+    verify_top: int = 6  # suspected changes checked by counterfactual (stops at the first that fixes it)
     device: str = "cpu"
     engine_timeout_s: float = 600.0
 
@@ -65,7 +76,7 @@ class RunConfig:
             raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
 
     @classmethod
-    def from_file(cls, path: Path | None, **overrides) -> "RunConfig":
+    def from_file(cls, path: Path | None, **overrides) -> RunConfig:
         data = {}
         if path is not None:
             try:
@@ -81,28 +92,33 @@ class RunConfig:
 @dataclass(frozen=True)
 class Inputs:
     """What the diagnosing side may see: the issue, the repro, the target's source."""
-    issue: str                              # id used in the report and the default out dir
+
+    issue: str  # id used in the report and the default out dir
     issue_text: str
-    repro: str | Scenario | None            # repro.toml text or Scenario; None: read from the issue
-    repo: Path | None                       # git repo of the target (None: no bisect, no source)
-    target_source: Path | None              # first on PYTHONPATH for target runs
+    repro: str | Scenario | None  # repro.toml text or Scenario; None: read from the issue
+    repo: Path | None  # git repo of the target (None: no bisect, no source)
+    target_source: Path | None  # first on PYTHONPATH for target runs
 
 
 # --- one diagnosis ---------------------------------------------------------------------------------
+
 
 def make_session(inputs: Inputs, cfg: RunConfig, stages=None):
     from agent.llm import OpenAIChat, SourceTools
     from agent.nodes import Session, ToolStages, variant_list, variant_runner
     from agent.policies import DeterministicPolicy, LLMPolicy
-    from tools.probe import Prober
+    from tools.probe.prober import Prober
 
     prober = Prober(timeout=cfg.engine_timeout_s, device=cfg.device)
-    session = Session(cfg, DeterministicPolicy(), prober, inputs.repo, inputs.target_source,
-                      stages or ToolStages())
+    session = Session(cfg, DeterministicPolicy(), prober, inputs.repo, inputs.target_source, stages or ToolStages())
     if cfg.llm == "openai":
-        session.llm = OpenAIChat(model=cfg.model or os.environ.get("DIFFDX_LLM_MODEL") or "gpt-4o-mini",
-                                 timeout_s=cfg.llm_timeout_s, retries=cfg.llm_retries,
-                                 max_calls=cfg.max_llm_calls, max_tokens=cfg.max_llm_tokens)
+        session.llm = OpenAIChat(
+            model=cfg.model or os.environ.get("DIFFDX_LLM_MODEL") or "gpt-4o-mini",
+            timeout_s=cfg.llm_timeout_s,
+            retries=cfg.llm_retries,
+            max_calls=cfg.max_llm_calls,
+            max_tokens=cfg.max_llm_tokens,
+        )
 
         def tools():
             sc = session.scenario
@@ -119,8 +135,7 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 
     session = make_session(inputs, cfg, stages)
     graph = build_graph(session)
-    state = {"issue": inputs.issue, "issue_text": inputs.issue_text, "repro": inputs.repro,
-             "path": [], "notes": []}
+    state = {"issue": inputs.issue, "issue_text": inputs.issue_text, "repro": inputs.repro, "path": [], "notes": []}
     final = state
     for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
         if mode == "values":
@@ -137,11 +152,17 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 
 # --- entry points for benchmark.run and agent.triage -----------------------------------------------
 
+
 def diagnose_case(case_input, out_dir: Path, llm: str) -> dict:
     """benchmark.run's agent: a CaseInput (issue, scenario, built repo) -> report dict."""
     cfg = RunConfig(llm=llm, model=os.environ.get("DIFFDX_LLM_MODEL"))
-    inputs = Inputs(str(case_input.issue_number), case_input.issue, case_input.scenario,
-                    Path(case_input.repo), Path(case_input.repo))
+    inputs = Inputs(
+        str(case_input.issue_number),
+        case_input.issue,
+        case_input.scenario,
+        Path(case_input.repo),
+        Path(case_input.repo),
+    )
     return diagnose(inputs, cfg, Path(out_dir))
 
 
@@ -153,12 +174,14 @@ def diagnose_for_triage(issue: dict, scenario: Scenario | None) -> dict | None:
     source = os.environ.get("DIFFDX_TARGET_SOURCE")
     source = Path(source) if source else None
     text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
-    cfg = RunConfig(llm="openai" if os.environ.get("OPENAI_BASE_URL") and os.environ.get("DIFFDX_TRIAGE_LLM")
-                    else "none")
+    cfg = RunConfig(
+        llm="openai" if os.environ.get("OPENAI_BASE_URL") and os.environ.get("DIFFDX_TRIAGE_LLM") else "none"
+    )
     return diagnose(Inputs(str(issue.get("number", "issue")), text, scenario, source, source), cfg)
 
 
 # --- CLI -------------------------------------------------------------------------------------------
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m agent.run", description=__doc__.split("\n\n")[0], epilog=EPILOG)
@@ -194,6 +217,7 @@ def read_text(path: Path, what: str) -> str:
 def read_repro(path: Path | None) -> Scenario | None:
     """The repro file, checked now, so a malformed one is a clear error before any work."""
     from tools.scenario import load
+
     if path is None:
         return None
     try:
@@ -215,8 +239,9 @@ def source_dir(path: Path | None, needed_for: str) -> Path:
 def checked_scenario(inputs: Inputs, llm: str) -> Scenario | None:
     """The scenario the run will use, checked before any engine starts: the repro, or (no LLM)
     the one read from the issue, whose missing fields are named. None: the LLM will read it."""
-    from tools.issue_extract import extract_scenario, require_scenario
     from tools.preflight import preflight
+    from tools.triage.extract import extract_scenario, require_scenario
+
     scenario = inputs.repro if isinstance(inputs.repro, Scenario) else None
     if scenario is None and llm == "none":
         scenario = require_scenario(extract_scenario("", inputs.issue_text)[0])
@@ -228,6 +253,7 @@ def checked_scenario(inputs: Inputs, llm: str) -> Scenario | None:
 def find_case(cases_dir: Path | None, number: int):
     """The case with `issue_number` == number; a broken sibling case does not hide the others."""
     from benchmark.cases import BUNDLED_CASES_DIR, CaseError, load_case
+
     root = Path(cases_dir) if cases_dir else BUNDLED_CASES_DIR
     if not root.is_dir():
         raise UsageError(f"cases dir {root} does not exist")
@@ -250,6 +276,7 @@ def case_inputs(args, stack: ExitStack) -> Inputs:
     """--issue N: the bundled case with that issue number, its repo built in a temp dir."""
     from benchmark.build import build_case_repo
     from benchmark.cases import case_input
+
     case = find_case(args.cases_dir, args.issue)
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"diffdx-{args.issue}-")))
     ci = case_input(case, build_case_repo(case, tmp / "repo"))
@@ -258,11 +285,12 @@ def case_inputs(args, stack: ExitStack) -> Inputs:
 
 
 def github_inputs(args) -> Inputs:
-    from tools.github import GitHub, GitHubError
+    from tools.triage.github import GitHub, GitHubError
+
     source = source_dir(args.target_source, "--repo")
     try:
         issue = GitHub.from_env().get_issue(args.repo, args.issue)
-    except EnvironmentFailure:                      # the host could not be reached: say so, not "empty"
+    except EnvironmentFailure:  # the host could not be reached: say so, not "empty"
         raise
     except GitHubError as e:
         raise UsageError(f"cannot read {args.repo}#{args.issue}: {e}") from None
@@ -274,8 +302,9 @@ def github_inputs(args) -> Inputs:
 
 def file_inputs(args) -> Inputs:
     source = source_dir(args.target_source, "--issue-file")
-    return Inputs(args.issue_file.stem, read_text(args.issue_file, "issue file"), read_repro(args.repro),
-                  source, source)
+    return Inputs(
+        args.issue_file.stem, read_text(args.issue_file, "issue file"), read_repro(args.repro), source, source
+    )
 
 
 def gather_inputs(args, stack: ExitStack) -> Inputs:
@@ -291,6 +320,7 @@ def progress_printer(console):
         detail = update.get("error") or update.get("stopped") or summary_of(node, update)
         mark = "[red]✗[/red]" if update.get("error") else "[green]✓[/green]"
         console.print(f"{mark} {node}" + (f": {detail}" if detail else ""), highlight=False, soft_wrap=True)
+
     return show
 
 
@@ -300,7 +330,9 @@ def summary_of(node: str, update: dict) -> str:
         r = update["reproduction"]
         if r.reproduced and not getattr(r, "on_issue", True):
             return f"not reproduced as reported; side finding with {r.trigger}"
-        return ("reproduced" + (f" with {r.trigger}" if r.trigger else " as given")) if r.reproduced else "not reproduced"
+        return (
+            ("reproduced" + (f" with {r.trigger}" if r.trigger else " as given")) if r.reproduced else "not reproduced"
+        )
     if node == "localize" and update.get("first_divergence"):
         return f"first divergence at {update['first_divergence']['tap']}"
     if node == "drill_down" and update.get("drill") is not None:
@@ -320,15 +352,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from rich.console import Console
+
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from tools.engines.runner import end_cleanly
+
     end_cleanly(args.keep_temp)
     console = Console(stderr=True)
     cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
     if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
         raise UsageError("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
     if args.out is not None:
-        writable_dir(args.out)                      # a bad --out fails before the case is built
+        writable_dir(args.out)  # a bad --out fails before the case is built
     with ExitStack() as stack:
         inputs = gather_inputs(args, stack)
         checked_scenario(inputs, cfg.llm)
@@ -354,15 +388,20 @@ def finish(report: dict, out: Path, as_json: bool, console) -> int:
         return ENVIRONMENT
     if report.get("diagnosis_of") == "side finding":
         side = report["side_findings"][0]
-        console.print(f"not reproduced as reported; another divergence was found while searching "
-                      f"({side['trigger']}: {side['why']}); report in {out}", highlight=False, soft_wrap=True)
+        console.print(
+            f"not reproduced as reported; another divergence was found while searching "
+            f"({side['trigger']}: {side['why']}); report in {out}",
+            highlight=False,
+            soft_wrap=True,
+        )
         return SIDE_FINDING
     if not report.get("reproduced"):
         console.print(f"not reproduced; report in {out}", highlight=False, soft_wrap=True)
         return AGREE
     top = (report.get("hypotheses") or [{}])[0]
-    console.print(f"diagnosed: {top.get('function', 'no hypothesis')} in {top.get('file', '-')}; report in {out}",
-                  highlight=False)
+    console.print(
+        f"diagnosed: {top.get('function', 'no hypothesis')} in {top.get('file', '-')}; report in {out}", highlight=False
+    )
     return DIVERGED
 
 

@@ -17,6 +17,7 @@ output stays aligned with the input's non-blank lines.
 Exit status (tools/errors.py): 0 done, 2 bad input (missing file, bad --issues, no secret),
 3 environment failure (GitHub unreachable or failing for some issue, webhook port busy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,22 @@ from typing import Protocol, TextIO
 from agent.triage_llm import combine_votes, merge_extraction, render
 from agent.triage_state import DEFAULT_DB, TriageState, issue_revision
 from tools.errors import ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli
-from tools.github import GitHub, GitHubError
-from tools.issue_extract import extract_scenario, to_scenario
 from tools.scenario import Scenario
-from tools.triage_model import classify as classify_issue
+from tools.triage.extract import extract_scenario, to_scenario
+from tools.triage.github import GitHub, GitHubError
+from tools.triage.model import classify as classify_issue
 
-MAX_BODY_CHARS = 20_000          # longer bodies are cut (and the comment says so)
-MAX_COMMENT_CHARS = 60_000       # GitHub refuses comments over 65536 characters
-MIN_CONFIDENCE = 0.5             # below this we neither label nor comment
-GITHUB_LABELS = {"silent": "silent-error", "crash": "crash", "install": "installation",
-                 "performance": "performance", "feature": "feature request", "question": "question"}
+MAX_BODY_CHARS = 20_000  # longer bodies are cut (and the comment says so)
+MAX_COMMENT_CHARS = 60_000  # GitHub refuses comments over 65536 characters
+MIN_CONFIDENCE = 0.5  # below this we neither label nor comment
+GITHUB_LABELS = {
+    "silent": "silent-error",
+    "crash": "crash",
+    "install": "installation",
+    "performance": "performance",
+    "feature": "feature request",
+    "question": "question",
+}
 DIAGNOSER = "agent.run:diagnose_for_triage"
 MARKER = "<!-- diffdx-triage revision={} -->"
 
@@ -70,10 +77,11 @@ class AgentDiagnoser:
 @dataclass
 class Reader:
     """Classification and scenario extraction: rules, helped by an LLM when one is given."""
+
     llm: object | None = None
 
     def classify(self, title: str, body: str) -> dict:
-        c = classify_issue(title, body)           # the rules combined with the n-gram model
+        c = classify_issue(title, body)  # the rules combined with the n-gram model
         result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues)}
         return combine_votes(result, self.llm.classify(title, body) if self.llm else None)
 
@@ -110,6 +118,7 @@ class Context:
 
 # --- planning: what to say about one issue (no GitHub I/O) ---------------------------------
 
+
 def bounded_text(issue: dict, limit: int = MAX_BODY_CHARS) -> tuple[str, str, dict | None]:
     """(title, body cut to `limit`, {"chars", "kept"} when cut)."""
     title, body = str(issue.get("title") or "")[:1000], str(issue.get("body") or "")
@@ -140,7 +149,9 @@ def plan_issue(issue: dict, reader: Reader, diagnoser: Diagnoser, want_comment: 
     labels = suggested_labels(classification)
     comment = None
     if is_silent:
-        ctx = comment_context(issue_revision(issue), classification, partial, missing, report, reason, labels, truncated)
+        ctx = comment_context(
+            issue_revision(issue), classification, partial, missing, report, reason, labels, truncated
+        )
         comment = render_comment(ctx)
     return Plan(int(issue["number"]), issue_revision(issue), classification, partial, missing, report, comment, labels)
 
@@ -150,7 +161,7 @@ def _diagnose(diagnoser: Diagnoser, issue: dict, scenario: Scenario | None) -> t
         return None, "The issue does not yet say enough to reproduce it (diffdx needs at least a model and a prompt)."
     try:
         report = diagnoser.diagnose(issue, scenario)
-    except Exception as e:          # a failed diagnosis must not stop triage
+    except Exception as e:  # a failed diagnosis must not stop triage
         print(f"triage: diagnosis of #{issue.get('number')} failed: {type(e).__name__}: {e}", file=sys.stderr)
         return None, "diffdx tried to reproduce it, but the diagnosis run failed."
     if report is None:
@@ -162,12 +173,14 @@ def scenario_line(partial: dict) -> str:
     """One line saying what was read from the issue. Pure."""
     meta, target = partial.get("meta", {}), partial.get("target", {})
     requests = partial.get("workload", {}).get("requests", [])
-    parts = [" ".join(x for x in (meta.get("engine"), meta.get("engine_version")) if x),
-             (partial.get("model") or {}).get("path") or (partial.get("model") or {}).get("arch"),
-             target.get("dtype"),
-             ", ".join(f"{k}={v}" for k, v in sorted((target.get("options") or {}).items())),
-             f"{len(requests)} prompt(s)" if requests else None,
-             f"known good {partial['good_ref']}" if partial.get("good_ref") else None]
+    parts = [
+        " ".join(x for x in (meta.get("engine"), meta.get("engine_version")) if x),
+        (partial.get("model") or {}).get("path") or (partial.get("model") or {}).get("arch"),
+        target.get("dtype"),
+        ", ".join(f"{k}={v}" for k, v in sorted((target.get("options") or {}).items())),
+        f"{len(requests)} prompt(s)" if requests else None,
+        f"known good {partial['good_ref']}" if partial.get("good_ref") else None,
+    ]
     return "; ".join(p for p in parts if p)
 
 
@@ -177,25 +190,58 @@ def report_view(report: dict | None) -> dict | None:
         return None
     fd = report.get("first_divergence") or None
     if fd:
-        fd = {"tap": fd.get("tap", "?"), "step": fd.get("step", "?"), "requests": fd.get("requests") or [],
-              "positions": (fd.get("positions") or [])[:8], "ratio": float(fd.get("ratio") or 0.0)}
+        fd = {
+            "tap": fd.get("tap", "?"),
+            "step": fd.get("step", "?"),
+            "requests": fd.get("requests") or [],
+            "positions": (fd.get("positions") or [])[:8],
+            "ratio": float(fd.get("ratio") or 0.0),
+        }
     commit = report.get("commit") or None
     if commit:
         commit = {"sha": str(commit.get("sha") or ""), "subject": commit.get("subject") or ""}
-    hyps = [{"rank": h.get("rank", i + 1), "file": h.get("file", "?"), "function": h.get("function", "?"),
-             "category": h.get("category", "unknown"), "confidence": float(h.get("confidence") or 0.0),
-             "verified": bool(h.get("verified")), "explanation": h.get("explanation") or "",
-             "evidence": list(h.get("evidence") or [])[:3]}
-            for i, h in enumerate((report.get("hypotheses") or [])[:3])]
-    return {"reproduced": bool(report.get("reproduced")), "first_divergence": fd,
-            "kernel": report.get("kernel"), "commit": commit, "hypotheses": hyps}
+    hyps = [
+        {
+            "rank": h.get("rank", i + 1),
+            "file": h.get("file", "?"),
+            "function": h.get("function", "?"),
+            "category": h.get("category", "unknown"),
+            "confidence": float(h.get("confidence") or 0.0),
+            "verified": bool(h.get("verified")),
+            "explanation": h.get("explanation") or "",
+            "evidence": list(h.get("evidence") or [])[:3],
+        }
+        for i, h in enumerate((report.get("hypotheses") or [])[:3])
+    ]
+    return {
+        "reproduced": bool(report.get("reproduced")),
+        "first_divergence": fd,
+        "kernel": report.get("kernel"),
+        "commit": commit,
+        "hypotheses": hyps,
+    }
 
 
-def comment_context(revision: str, classification: dict, partial: dict, missing: list[str], report: dict | None,
-                    reason: str | None, labels: list[str], truncated: dict | None) -> dict:
-    return {"marker": MARKER.format(revision), "confidence": classification["confidence"],
-            "scenario_line": scenario_line(partial), "missing": missing, "report": report_view(report),
-            "no_diagnosis_reason": reason or "", "suggested_labels": labels, "truncated": truncated}
+def comment_context(
+    revision: str,
+    classification: dict,
+    partial: dict,
+    missing: list[str],
+    report: dict | None,
+    reason: str | None,
+    labels: list[str],
+    truncated: dict | None,
+) -> dict:
+    return {
+        "marker": MARKER.format(revision),
+        "confidence": classification["confidence"],
+        "scenario_line": scenario_line(partial),
+        "missing": missing,
+        "report": report_view(report),
+        "no_diagnosis_reason": reason or "",
+        "suggested_labels": labels,
+        "truncated": truncated,
+    }
 
 
 def render_comment(ctx: dict) -> str:
@@ -206,6 +252,7 @@ def render_comment(ctx: dict) -> str:
 
 
 # --- acting: post and label, once per revision ---------------------------------------------
+
 
 def apply_plan(plan: Plan, ctx: Context) -> list[str]:
     """Post the comment and the labels the plan asks for, unless this revision already has them."""
@@ -248,6 +295,7 @@ def triage_issue(issue: dict, ctx: Context) -> list[str]:
 
 
 # --- CLI -------------------------------------------------------------------------------------
+
 
 def classify_line(line: str, reader: Reader) -> dict:
     """One input line -> the contract's output object (malformed -> `other`, confidence 0)."""
@@ -312,6 +360,7 @@ def fetch_issues(gh: GitHub, repo: str, since: str | None, numbers: list[int] | 
 def since_timestamp(since: str | None) -> str | None:
     """'2024-06-01' or an ISO 8601 timestamp -> what the API takes; anything else is bad input."""
     from datetime import datetime
+
     if since is None:
         return None
     try:
@@ -325,13 +374,21 @@ def make_reader(llm: str, model: str | None = None) -> Reader:
     if llm == "none":
         return Reader()
     from agent.triage_llm import OpenAITriageLLM
+
     return Reader(OpenAITriageLLM(model))
 
 
 def make_context(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:
-    return Context(repo=getattr(args, "repo", None) or "", reader=make_reader(args.llm, args.llm_model),
-                   diagnoser=diagnoser or AgentDiagnoser(), state=TriageState(args.db),
-                   gh=GitHub.from_env(args.api_url), post=args.post, label=args.label, out=out or sys.stdout)
+    return Context(
+        repo=getattr(args, "repo", None) or "",
+        reader=make_reader(args.llm, args.llm_model),
+        diagnoser=diagnoser or AgentDiagnoser(),
+        state=TriageState(args.db),
+        gh=GitHub.from_env(args.api_url),
+        post=args.post,
+        label=args.label,
+        out=out or sys.stdout,
+    )
 
 
 def issue_numbers(text: str | None) -> list[int] | None:
@@ -341,8 +398,10 @@ def issue_numbers(text: str | None) -> list[int] | None:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     bad = [p for p in parts if not p.isdigit() or int(p) < 1]
     if bad or not parts:
-        raise BadInput(f"--issues {text!r}: expected comma-separated issue numbers such as 12,34"
-                       + (f" ({', '.join(map(repr, bad))} is not one)" if bad else ""))
+        raise BadInput(
+            f"--issues {text!r}: expected comma-separated issue numbers such as 12,34"
+            + (f" ({', '.join(map(repr, bad))} is not one)" if bad else "")
+        )
     return [int(p) for p in parts]
 
 
@@ -356,9 +415,9 @@ def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None
     for issue in fetch_issues(ctx.gh, args.repo, args.since, numbers):
         try:
             triage_issue(issue, ctx)
-        except EnvironmentFailure:          # the host is gone: the next issue would fail the same way
+        except EnvironmentFailure:  # the host is gone: the next issue would fail the same way
             raise
-        except GitHubError as e:            # carry on with the next issue; say which failed
+        except GitHubError as e:  # carry on with the next issue; say which failed
             failed += 1
             print(f"triage: {args.repo}#{issue.get('number')}: {e}", file=sys.stderr)
     ctx.state.close()
@@ -367,6 +426,7 @@ def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None
 
 def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
     from agent.triage_webhook import WebhookServer
+
     secret = args.secret or os.environ.get("DIFFDX_WEBHOOK_SECRET")
     if not secret:
         raise BadInput("triage serve: a webhook secret is required (--secret or DIFFDX_WEBHOOK_SECRET)")
@@ -380,8 +440,10 @@ def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
     try:
         server = WebhookServer((args.host, args.port), secret, handle)
     except OSError as e:
-        raise EnvironmentFailure(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
-                                 + (" (another process holds the port)" if e.errno == errno.EADDRINUSE else "")) from None
+        raise EnvironmentFailure(
+            f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
+            + (" (another process holds the port)" if e.errno == errno.EADDRINUSE else "")
+        ) from None
     print(f"triage: listening on {args.host}:{server.server_address[1]}", file=sys.stderr)
     try:
         server.serve_forever()
@@ -393,8 +455,12 @@ def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
 
 
 def _common(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--llm", choices=("none", "openai"), default="none",
-                    help="LLM help for classification/extraction (openai needs OPENAI_BASE_URL)")
+    ap.add_argument(
+        "--llm",
+        choices=("none", "openai"),
+        default="none",
+        help="LLM help for classification/extraction (openai needs OPENAI_BASE_URL)",
+    )
     ap.add_argument("--llm-model", default=None, help="model name (default $DIFFDX_LLM_MODEL or gpt-4o-mini)")
 
 

@@ -3,6 +3,7 @@
 Any OpenAI-compatible endpoint via the `openai` client (`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
 Every answer is checked; an unusable one returns None and the caller keeps the rules' result.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import os
 import sys
 
 from agent.llm import parse_json_object, render
-from tools.triage_rules import LABELS
+from tools.triage.rules import LABELS
 
 DEFAULT_MODEL = "gpt-4o-mini"
 SCENARIO_KEYS = ("model", "target", "workload", "good_ref", "meta")
@@ -29,8 +30,8 @@ def parse_label(text: str) -> tuple[str, float] | None:
 
 # The LLM's vote may change the label only with evidence: the rules + model are unsure and the
 # LLM is confident. Otherwise it only moves the confidence (up when it agrees, down when not).
-FLIP_BELOW = 0.6       # rules + model confidence under which a confident LLM vote may win
-LLM_MIN = 0.7          # LLM confidence needed to change the label
+FLIP_BELOW = 0.6  # rules + model confidence under which a confident LLM vote may win
+LLM_MIN = 0.7  # LLM confidence needed to change the label
 
 
 def _two_way(p_for: float, p_against: float) -> float:
@@ -77,7 +78,8 @@ def merge_extraction(rules: dict, llm: dict | None) -> dict:
 
 class OpenAITriageLLM:
     def __init__(self, model: str | None = None):
-        from openai import OpenAI      # only when an LLM is asked for
+        from openai import OpenAI  # only when an LLM is asked for
+
         if not os.environ.get("OPENAI_BASE_URL"):
             raise RuntimeError("--llm openai needs OPENAI_BASE_URL")
         self.client = OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "none", max_retries=2)
@@ -86,10 +88,10 @@ class OpenAITriageLLM:
     def ask(self, template: str, **ctx) -> str | None:
         try:
             resp = self.client.chat.completions.create(
-                model=self.model, temperature=0.0,
-                messages=[{"role": "user", "content": render(template, **ctx)}])
+                model=self.model, temperature=0.0, messages=[{"role": "user", "content": render(template, **ctx)}]
+            )
             return resp.choices[0].message.content
-        except Exception as e:                  # the rules still answer
+        except Exception as e:  # the rules still answer
             print(f"triage: LLM call failed ({type(e).__name__}); using rules", file=sys.stderr)
             return None
 

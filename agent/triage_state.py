@@ -3,6 +3,7 @@
 A revision is a hash of title, body and updated_at, so an edited issue is a new revision
 and gets a new comment; re-running on an unchanged issue does nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,21 +35,25 @@ class TriageState:
         path = Path(path).expanduser()
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()      # the webhook worker and the CLI may share one store
+        self._lock = threading.Lock()  # the webhook worker and the CLI may share one store
         self._db = sqlite3.connect(str(path), check_same_thread=False)
         with self._lock, self._db:
             self._db.execute(SCHEMA)
 
     def done(self, repo: str, number: int, revision: str, kind: str) -> bool:
         with self._lock:
-            row = self._db.execute("SELECT 1 FROM actions WHERE repo=? AND number=? AND revision=? AND kind=?",
-                                   (repo, number, revision, kind)).fetchone()
+            row = self._db.execute(
+                "SELECT 1 FROM actions WHERE repo=? AND number=? AND revision=? AND kind=?",
+                (repo, number, revision, kind),
+            ).fetchone()
         return row is not None
 
     def record(self, repo: str, number: int, revision: str, kind: str, detail: str = "") -> None:
         with self._lock, self._db:
-            self._db.execute("INSERT OR REPLACE INTO actions VALUES (?, ?, ?, ?, ?, ?)",
-                             (repo, number, revision, kind, detail, time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO actions VALUES (?, ?, ?, ?, ?, ?)",
+                (repo, number, revision, kind, detail, time.time()),
+            )
 
     def close(self) -> None:
         self._db.close()

@@ -5,6 +5,7 @@ shared secret, compared in constant time) before its body is parsed: 401 when it
 forged. Accepted events answer 202 at once and go to a queue; one worker thread runs the triage
 pipeline on them in arrival order. Other events and actions answer 200 and are ignored.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,8 @@ import json
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 ACTIONS = ("opened", "edited", "reopened")
 MAX_PAYLOAD = 5 * 1024 * 1024
@@ -63,7 +64,7 @@ class WebhookServer(ThreadingHTTPServer):
                 if job is None:
                     return
                 self.handle(*job)
-            except Exception as e:            # one bad issue must not stop the worker
+            except Exception as e:  # one bad issue must not stop the worker
                 print(f"triage: webhook job failed: {type(e).__name__}: {e}", file=sys.stderr)
             finally:
                 self.jobs.task_done()
@@ -105,5 +106,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, fmt, *args) -> None:   # request lines only; headers (signatures) never
+    def log_message(self, fmt, *args) -> None:  # request lines only; headers (signatures) never
         print(f"webhook: {self.address_string()} {fmt % args}", file=sys.stderr)

@@ -18,6 +18,7 @@ A replacement (file, old_text, new_text) fails loudly unless `old_text` occurs e
 once in `file`; `old_text=None` creates a new file, `new_text=None` deletes the file
 (then `old_text` must be None too).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,7 @@ from pathlib import Path
 from benchmark.build import clone_pristine, git, split_identity
 from benchmark.subjects import get_subject
 
-Replacement = tuple[str, str | None, str | None]   # (file, old_text, new_text)
+Replacement = tuple[str, str | None, str | None]  # (file, old_text, new_text)
 Edit = Callable[[Path], None] | Sequence[Replacement]
 
 
@@ -39,11 +40,11 @@ class AuthoringError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    message: str          # commit message: subject line, optionally a blank line and a body
-    author: str           # "Name <email>"
-    date: str             # ISO 8601 with offset, e.g. "2025-03-04T16:20:00+00:00"
-    edits: Edit           # replacements, or a callable editing the tree in place: fn(root)
-    slug: str | None = None   # patch file slug; default: from the subject line
+    message: str  # commit message: subject line, optionally a blank line and a body
+    author: str  # "Name <email>"
+    date: str  # ISO 8601 with offset, e.g. "2025-03-04T16:20:00+00:00"
+    edits: Edit  # replacements, or a callable editing the tree in place: fn(root)
+    slug: str | None = None  # patch file slug; default: from the subject line
 
     def __post_init__(self):
         split_identity(self.author)
@@ -86,8 +87,18 @@ def author_history(subject: str, steps: Sequence[Step], dest: Path) -> Path:
 
 def _commit(repo: Path, step: Step, maintainer: str) -> None:
     name, email = split_identity(step.author)
-    git(repo, "commit", "-q", "--cleanup=whitespace", "-F", "-", f"--author={name} <{email}>",
-        identity=maintainer, date=step.date, input=step.message.encode())
+    git(
+        repo,
+        "commit",
+        "-q",
+        "--cleanup=whitespace",
+        "-F",
+        "-",
+        f"--author={name} <{email}>",
+        identity=maintainer,
+        date=step.date,
+        input=step.message.encode(),
+    )
 
 
 def apply_replacement(root: Path, file: str, old: str | None, new: str | None, where: str = "") -> None:
@@ -111,16 +122,14 @@ def apply_replacement(root: Path, file: str, old: str | None, new: str | None, w
     text = path.read_text()
     count = text.count(old)
     if count != 1:
-        raise AuthoringError(f"{where}: {file}: old_text must occur exactly once, found {count} times: "
-                             f"{old[:80]!r}")
+        raise AuthoringError(f"{where}: {file}: old_text must occur exactly once, found {count} times: {old[:80]!r}")
     path.write_text(text.replace(old, new, 1))
 
 
 def _format_patches(repo: Path, steps: Sequence[Step], out: Path) -> list[Path]:
     raw = Path(git(repo, "rev-parse", "--git-dir"))
     tmp = (repo / raw if not raw.is_absolute() else raw) / "patches"
-    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered",
-        "-o", str(tmp), "base..HEAD")
+    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered", "-o", str(tmp), "base..HEAD")
     written = []
     for i, (made, step) in enumerate(zip(sorted(tmp.glob("*.patch")), steps), 1):
         slug = step.slug or slugify(step.message.splitlines()[0])

@@ -6,6 +6,7 @@
   diff ranked by size of change. Without a good ref it has nothing to bisect and falls back
   to the output-only ranking.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,14 +15,42 @@ from collections import Counter
 from pathlib import Path
 
 from benchmark.cases import CaseInput
-from tools.culprit import find_culprit
-from tools.evidence import Reproduction
-from tools.probe import Prober
-from tools.source import open_index
+from tools.history.culprit import find_culprit
+from tools.hypotheses.evidence import Reproduction
+from tools.probe.prober import Prober
+from tools.source.index import open_index
 
 OUTPUT_TAPS = ["logits", "sampler.*"]
-STOP = {"the", "a", "an", "and", "or", "of", "to", "in", "is", "it", "with", "on", "for", "this", "that",
-        "i", "we", "be", "are", "was", "when", "not", "but", "same", "get", "self", "init", "forward"}
+STOP = {
+    "the",
+    "a",
+    "an",
+    "and",
+    "or",
+    "of",
+    "to",
+    "in",
+    "is",
+    "it",
+    "with",
+    "on",
+    "for",
+    "this",
+    "that",
+    "i",
+    "we",
+    "be",
+    "are",
+    "was",
+    "when",
+    "not",
+    "but",
+    "same",
+    "get",
+    "self",
+    "init",
+    "forward",
+}
 
 
 def words(text: str) -> list[str]:
@@ -45,26 +74,50 @@ def rank_by_text(index, issue: str, top: int = 5) -> list[tuple[float, object]]:
     return scored[:top]
 
 
-def _report(case: CaseInput, reproduced: bool, first, hyps: list[dict], prober: Prober, start: float,
-            commit: dict | None = None) -> dict:
-    return {"issue": str(case.issue_number), "reproduced": reproduced, "first_divergence": first,
-            "kernel": None, "commit": commit, "hypotheses": hyps[:5],
-            "cost": {"engine_runs": prober.engine_runs, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0,
-                     "wall_s": round(time.monotonic() - start, 2)}}
+def _report(
+    case: CaseInput, reproduced: bool, first, hyps: list[dict], prober: Prober, start: float, commit: dict | None = None
+) -> dict:
+    return {
+        "issue": str(case.issue_number),
+        "reproduced": reproduced,
+        "first_divergence": first,
+        "kernel": None,
+        "commit": commit,
+        "hypotheses": hyps[:5],
+        "cost": {
+            "engine_runs": prober.engine_runs,
+            "llm_calls": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "wall_s": round(time.monotonic() - start, 2),
+        },
+    }
 
 
 def _hyp(rank: int, sym, why: str, commit: str | None = None) -> dict:
-    return {"rank": rank, "file": sym.file, "function": sym.qualname, "commit": commit, "category": "",
-            "confidence": round(1.0 / (rank + 1), 3), "verified": False, "explanation": why,
-            "evidence": [why], "suggested_fix": "", "component": Path(sym.file).stem}
+    return {
+        "rank": rank,
+        "file": sym.file,
+        "function": sym.qualname,
+        "commit": commit,
+        "category": "",
+        "confidence": round(1.0 / (rank + 1), 3),
+        "verified": False,
+        "explanation": why,
+        "evidence": [why],
+        "suggested_fix": "",
+        "component": Path(sym.file).stem,
+    }
 
 
 def output_only(case: CaseInput, out_dir: Path, llm: str = "none") -> dict:
     start, prober = time.monotonic(), Prober()
     result = prober.probe(case.scenario, case.repo, taps=OUTPUT_TAPS)
     index = open_index(case.repo, include_tests=False)
-    hyps = [_hyp(i + 1, sym, f"name matches the issue text (score {score:.2f})")
-            for i, (score, sym) in enumerate(rank_by_text(index, case.issue))]
+    hyps = [
+        _hyp(i + 1, sym, f"name matches the issue text (score {score:.2f})")
+        for i, (score, sym) in enumerate(rank_by_text(index, case.issue))
+    ]
     first = result.first.to_dict() if result.first else None
     return _report(case, result.diverged, first, hyps, prober, start)
 
@@ -87,7 +140,9 @@ def bisect_only(case: CaseInput, out_dir: Path, llm: str = "none") -> dict:
             sizes[key] += len(change.lines)
             syms[key] = change.symbol
     ranked = sorted(sizes, key=lambda k: (-sizes[k], k))
-    hyps = [_hyp(i + 1, syms[k], f"changed {sizes[k]} lines in culprit {culprit.sha[:10]}", culprit.sha)
-            for i, k in enumerate(ranked)]
+    hyps = [
+        _hyp(i + 1, syms[k], f"changed {sizes[k]} lines in culprit {culprit.sha[:10]}", culprit.sha)
+        for i, k in enumerate(ranked)
+    ]
     first = result.first.to_dict() if result.first else None
     return _report(case, True, first, hyps, prober, start, {"sha": culprit.sha, "subject": culprit.subject})

@@ -10,6 +10,7 @@ or the history; only the scorer reads it.
 
     python -m benchmark.build CASE --out DIR [--cases-dir CASES]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,25 +25,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmark.cases import Case, CaseError, load_case, load_cases
-from benchmark.releases import Releases, ReleaseError, write_history
+from benchmark.releases import ReleaseError, Releases, write_history
 from benchmark.subjects import Subject, get_subject
-from tools.checkpoints import cache_root
+from tools.probe.checkpoints import cache_root
 
 BRANCH = "main"
 MAIL_START = re.compile(rb"^From [0-9a-f]{40} ", re.M)
-BASE_PATCH_PREFIX = "00-base"   # such patches are folded into the `base` commit (docs/design.md §6b)
+BASE_PATCH_PREFIX = "00-base"  # such patches are folded into the `base` commit (docs/design.md §6b)
 
 
 class BuildError(RuntimeError):
     """A case repo that cannot be built; the message names the case and the patch."""
 
 
-def git(repo: Path, *args: str, identity: str | None = None, date: str | None = None,
-        input: bytes | None = None) -> str:
+def git(
+    repo: Path, *args: str, identity: str | None = None, date: str | None = None, input: bytes | None = None
+) -> str:
     """Run git in `repo`, isolated from user/system config; identity 'Name <email>' sets author+committer."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
-               LC_ALL="C", TZ="UTC")
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0", LC_ALL="C", TZ="UTC")
     if identity:
         name, email = split_identity(identity)
         env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
@@ -140,7 +141,9 @@ def fold_base_patches(repo: Path, case: Case, subject: Subject) -> None:
         try:
             git(repo, "apply", "--index", "--whitespace=nowarn", str(patch))
         except subprocess.CalledProcessError as e:
-            raise BuildError(f"case {case.id}: commits/{patch.name} does not apply to base: {_tail(e.stderr)}") from None
+            raise BuildError(
+                f"case {case.id}: commits/{patch.name} does not apply to base: {_tail(e.stderr)}"
+            ) from None
     if not folded:
         return
     git(repo, "commit", "-q", "--amend", "--no-edit", identity=subject.maintainer, date=subject.date)
@@ -151,8 +154,10 @@ def fold_base_patches(repo: Path, case: Case, subject: Subject) -> None:
 def _clone_releases(case: Case, dest: Path) -> tuple[Path, Subject, dict]:
     """A release-history case: clone its cached release repo; the commit map names every release."""
     if any(p.stem.startswith(BASE_PATCH_PREFIX) for p in case.patches):
-        raise BuildError(f"case {case.id}: a release history cannot fold {BASE_PATCH_PREFIX}-* patches "
-                         "into base (the next release would replace them); a bug at base is the oldest release")
+        raise BuildError(
+            f"case {case.id}: a release history cannot fold {BASE_PATCH_PREFIX}-* patches "
+            "into base (the next release would replace them); a bug at base is the oldest release"
+        )
     dest = dest.resolve()
     if dest.exists() and any(dest.iterdir()):
         raise BuildError(f"{dest} exists and is not empty")
@@ -181,11 +186,20 @@ def apply_patch(repo: Path, patch: Path, subject: Subject, case_id: str) -> str:
     """`git am` one single-commit patch, keeping its author and date; returns the new sha."""
     mails = len(MAIL_START.findall(patch.read_bytes()))
     if mails != 1:
-        raise BuildError(f"case {case_id}: commits/{patch.name} holds {mails} commits; write one commit per patch "
-                         "(git format-patch output)")
+        raise BuildError(
+            f"case {case_id}: commits/{patch.name} holds {mails} commits; write one commit per patch "
+            "(git format-patch output)"
+        )
     try:
-        git(repo, "am", "-q", "--committer-date-is-author-date", "--whitespace=nowarn", str(patch),
-            identity=subject.maintainer)
+        git(
+            repo,
+            "am",
+            "-q",
+            "--committer-date-is-author-date",
+            "--whitespace=nowarn",
+            str(patch),
+            identity=subject.maintainer,
+        )
     except subprocess.CalledProcessError as e:
         _abort_am(repo)
         raise BuildError(f"case {case_id}: commits/{patch.name} does not apply: {_tail(e.stderr)}") from None

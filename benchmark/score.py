@@ -19,6 +19,7 @@ Definitions (one place, so every table means the same thing):
 - Cost per case: `cost.engine_runs`, `cost.tokens_in + cost.tokens_out`, `cost.wall_s`, mean
   over samples.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ from benchmark.cases import Truth, normalize_repo_path
 TOP_K = 5
 RUNS_K = (1, 5)
 Report = Mapping[str, Any]
-CommitMap = Mapping[str, Any]   # {"base": sha, "patches": {stem: {"sha": …, "subject": …}}}
+CommitMap = Mapping[str, Any]  # {"base": sha, "patches": {stem: {"sha": …, "subject": …}}}
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,18 @@ class CaseScore:
     category: str
     subject: str
     samples: int
-    rank: int | None              # rank of the first match in sample 0 (None: no match in the top 5)
-    top1_hits: int                # samples whose rank-1 hypothesis matches
-    top5_hits: int                # samples whose top 5 contain a match
+    rank: int | None  # rank of the first match in sample 0 (None: no match in the top 5)
+    top1_hits: int  # samples whose rank-1 hypothesis matches
+    top5_hits: int  # samples whose top 5 contain a match
     pass_at_1: float
     pass_at_5: float
     runs_pass_at: dict[int, float]  # k -> estimator over runs, for k <= samples
-    component: float              # share of samples with a component hit
-    commit: float | None          # share of samples naming the truth commit
+    component: float  # share of samples with a component hit
+    commit: float | None  # share of samples naming the truth commit
     engine_runs: float
     tokens: float
     wall_s: float
-    errors: int                   # samples whose report carries "error"
+    errors: int  # samples whose report carries "error"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,8 +64,8 @@ class Aggregate:
     pass_at_1: float
     pass_at_5: float
     component_acc: float
-    commit_acc: float | None      # over cases whose truth names a commit
-    engine_runs: float            # means per case
+    commit_acc: float | None  # over cases whose truth names a commit
+    engine_runs: float  # means per case
     tokens: float
     wall_s: float
     errors: int
@@ -141,8 +142,9 @@ def report_cost(report: Report) -> tuple[float, float, float]:
     return num("engine_runs"), num("tokens_in") + num("tokens_out"), num("wall_s")
 
 
-def score_case(case: str, category: str, subject: str, reports: Sequence[Report], truth: Truth,
-               commits: CommitMap | None = None) -> CaseScore:
+def score_case(
+    case: str, category: str, subject: str, reports: Sequence[Report], truth: Truth, commits: CommitMap | None = None
+) -> CaseScore:
     """One case's reports (one per sample) -> its verdict."""
     if not reports:
         raise ValueError(f"case {case}: no reports to score")
@@ -153,13 +155,23 @@ def score_case(case: str, category: str, subject: str, reports: Sequence[Report]
     commit_hits = [commit_hit(r, truth, commits) for r in reports]
     costs = [report_cost(r) for r in reports]
     return CaseScore(
-        case=case, category=category, subject=subject, samples=n, rank=ranks[0], top1_hits=top1, top5_hits=top5,
-        pass_at_1=unbiased_pass_at_k(n, top1, 1), pass_at_5=unbiased_pass_at_k(n, top5, 1),
+        case=case,
+        category=category,
+        subject=subject,
+        samples=n,
+        rank=ranks[0],
+        top1_hits=top1,
+        top5_hits=top5,
+        pass_at_1=unbiased_pass_at_k(n, top1, 1),
+        pass_at_5=unbiased_pass_at_k(n, top5, 1),
         runs_pass_at={k: unbiased_pass_at_k(n, top1, k) for k in RUNS_K if k <= n},
         component=_mean([component_hit(r, truth) for r in reports]),
         commit=None if commit_hits[0] is None else _mean(commit_hits),
-        engine_runs=_mean([c[0] for c in costs]), tokens=_mean([c[1] for c in costs]),
-        wall_s=_mean([c[2] for c in costs]), errors=sum(bool(r.get("error")) for r in reports))
+        engine_runs=_mean([c[0] for c in costs]),
+        tokens=_mean([c[1] for c in costs]),
+        wall_s=_mean([c[2] for c in costs]),
+        errors=sum(bool(r.get("error")) for r in reports),
+    )
 
 
 def aggregate(scores: Sequence[CaseScore]) -> Aggregate:
@@ -167,16 +179,22 @@ def aggregate(scores: Sequence[CaseScore]) -> Aggregate:
     commits = [s.commit for s in scores if s.commit is not None]
     runs_k = {k: [s.runs_pass_at[k] for s in scores if k in s.runs_pass_at] for k in RUNS_K}
     return Aggregate(
-        cases=len(scores), pass_at_1=_mean([s.pass_at_1 for s in scores]),
-        pass_at_5=_mean([s.pass_at_5 for s in scores]), component_acc=_mean([s.component for s in scores]),
-        commit_acc=_mean(commits) if commits else None, engine_runs=_mean([s.engine_runs for s in scores]),
-        tokens=_mean([s.tokens for s in scores]), wall_s=_mean([s.wall_s for s in scores]),
+        cases=len(scores),
+        pass_at_1=_mean([s.pass_at_1 for s in scores]),
+        pass_at_5=_mean([s.pass_at_5 for s in scores]),
+        component_acc=_mean([s.component for s in scores]),
+        commit_acc=_mean(commits) if commits else None,
+        engine_runs=_mean([s.engine_runs for s in scores]),
+        tokens=_mean([s.tokens for s in scores]),
+        wall_s=_mean([s.wall_s for s in scores]),
         errors=sum(s.errors for s in scores),
-        runs_pass_at={k: _mean(v) for k, v in runs_k.items() if v and len(v) == len(scores)})
+        runs_pass_at={k: _mean(v) for k, v in runs_k.items() if v and len(v) == len(scores)},
+    )
 
 
 def summarize(scores: Sequence[CaseScore]) -> dict[str, Any]:
     """Overall, per-category and per-subject aggregates (categories/subjects sorted)."""
+
     def by(key: str) -> dict[str, Aggregate]:
         groups: dict[str, list[CaseScore]] = {}
         for s in scores:

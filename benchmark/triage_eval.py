@@ -7,6 +7,7 @@ secondary set) with the chosen classifier (`combined` = rules + linear model, th
 It prints per-label precision/recall, the confusion matrix, the silent-class figures and a
 reliability table (confidence bins vs accuracy) for the whole set and for each split.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from tools import triage_model, triage_rules
-from tools.triage_rules import LABELS
+from tools.triage import model as triage_model
+from tools.triage import rules as triage_rules
+from tools.triage.rules import LABELS
 
 REAL = Path(__file__).parent / "triage" / "real" / "issues.jsonl"
 SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
@@ -52,9 +54,13 @@ def score(gold: list[str], pred: list[str], confidence: list[float] | None = Non
     for g, p in zip(gold, pred):
         confusion[g][p] += 1
     per_label = {lab: _prf(confusion, lab) for lab in LABELS}
-    result = {"n": len(gold), "accuracy": _ratio(sum(g == p for g, p in zip(gold, pred)), len(gold)),
-              "per_label": per_label, "confusion": confusion,
-              "silent": {k: per_label["silent"][k] for k in ("precision", "recall")}}
+    result = {
+        "n": len(gold),
+        "accuracy": _ratio(sum(g == p for g, p in zip(gold, pred)), len(gold)),
+        "per_label": per_label,
+        "confusion": confusion,
+        "silent": {k: per_label["silent"][k] for k in ("precision", "recall")},
+    }
     if confidence is not None:
         correct = [g == p for g, p in zip(gold, pred)]
         result["ece"] = expected_calibration_error(correct, confidence)
@@ -82,17 +88,26 @@ def reliability(correct: list[bool], confidence: list[float], bins: int = 5) -> 
         lo, hi = b / bins, (b + 1) / bins
         idx = [i for i, c in enumerate(confidence) if lo <= c < hi or (b == bins - 1 and c == 1.0)]
         if idx:
-            rows.append({"lo": lo, "hi": hi, "n": len(idx),
-                         "accuracy": round(sum(correct[i] for i in idx) / len(idx), 3),
-                         "confidence": round(sum(confidence[i] for i in idx) / len(idx), 3)})
+            rows.append(
+                {
+                    "lo": lo,
+                    "hi": hi,
+                    "n": len(idx),
+                    "accuracy": round(sum(correct[i] for i in idx) / len(idx), 3),
+                    "confidence": round(sum(confidence[i] for i in idx) / len(idx), 3),
+                }
+            )
     return rows
 
 
 def expected_calibration_error(correct: list[bool], confidence: list[float], bins: int = 5) -> float:
     """Mean |accuracy - confidence| over equal-width confidence bins, weighted by bin size."""
     n = len(correct)
-    return round(sum(r["n"] / n * abs(r["accuracy"] - r["confidence"])
-                     for r in reliability(correct, confidence, bins)), 3) if n else 0.0
+    return (
+        round(sum(r["n"] / n * abs(r["accuracy"] - r["confidence"]) for r in reliability(correct, confidence, bins)), 3)
+        if n
+        else 0.0
+    )
 
 
 def evaluate(issues: list[dict], preds: list[dict]) -> dict:
@@ -100,14 +115,19 @@ def evaluate(issues: list[dict], preds: list[dict]) -> dict:
     out = {}
     for split in ("all", *splits_of(issues)):
         idx = [k for k, i in enumerate(issues) if split == "all" or i.get("split") == split]
-        out[split] = score([issues[k]["label"] for k in idx], [preds[k]["label"] for k in idx],
-                           [float(preds[k]["confidence"]) for k in idx])
+        out[split] = score(
+            [issues[k]["label"] for k in idx],
+            [preds[k]["label"] for k in idx],
+            [float(preds[k]["confidence"]) for k in idx],
+        )
     return out
 
 
 def format_report(name: str, s: dict) -> str:
-    lines = [f"== {name}: n={s['n']} accuracy={s['accuracy']:.3f} ece={s.get('ece', float('nan')):.3f}",
-             f"{'label':<12}{'prec':>7}{'recall':>8}{'f1':>7}{'n':>5}"]
+    lines = [
+        f"== {name}: n={s['n']} accuracy={s['accuracy']:.3f} ece={s.get('ece', float('nan')):.3f}",
+        f"{'label':<12}{'prec':>7}{'recall':>8}{'f1':>7}{'n':>5}",
+    ]
     for lab, m in s["per_label"].items():
         lines.append(f"{lab:<12}{m['precision']:>7.3f}{m['recall']:>8.3f}{m['f1']:>7.3f}{m['support']:>5}")
     lines.append("confusion (rows gold, columns predicted):")
@@ -117,8 +137,10 @@ def format_report(name: str, s: dict) -> str:
     lines.append(f"silent precision={s['silent']['precision']:.3f} recall={s['silent']['recall']:.3f}")
     if s.get("reliability"):
         lines.append("reliability (confidence bin: n, mean confidence, accuracy):")
-        lines += [f"  [{r['lo']:.1f}, {r['hi']:.1f}): n={r['n']:<4} conf={r['confidence']:.3f} acc={r['accuracy']:.3f}"
-                  for r in s["reliability"]]
+        lines += [
+            f"  [{r['lo']:.1f}, {r['hi']:.1f}): n={r['n']:<4} conf={r['confidence']:.3f} acc={r['accuracy']:.3f}"
+            for r in s["reliability"]
+        ]
     return "\n".join(lines)
 
 
@@ -140,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.errors:
         for i, p in zip(issues, preds):
             if i["label"] != p["label"] and (not args.splits or i.get("split") in shown):
-                print(f"{i.get('id') or i.get('url')} [{i.get('split')}] gold={i['label']} pred={p['label']} ({p['confidence']}): {i['title']}")
+                print(
+                    f"{i.get('id') or i.get('url')} [{i.get('split')}] gold={i['label']} pred={p['label']} ({p['confidence']}): {i['title']}"
+                )
     if args.out:
         args.out.write_text(json.dumps({"issues": str(args.issues), "figures": figures}, indent=2))
     return 0

@@ -8,13 +8,14 @@ in the truth file at HEAD; HEAD diverges under the stated scenario; `good_ref` (
 agrees, it diverges). A bug present since base (truth without a commit) must diverge at
 `base` already and name no good_ref.
 
-"Agrees / diverges" is the oracle's call: by default `tools.probe.probe(scenario,
+"Agrees / diverges" is the oracle's call: by default `tools.probe.prober.probe(scenario,
 target_source, reference_source=None)` returning an object with `.diverged` and `.summary`;
 any callable with that signature can stand in (`--oracle module:function`).
 
 Exit status (tools/errors.py): 0 every case ok, 1 some case failed a check, 2 bad input
 (unknown case, oracle that cannot be imported).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,22 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.build import BuildError, build_case_repo, git, read_commit_map
-from benchmark.cases import (BUNDLED_CASES_DIR, Case, CaseError, Truth, case_folders, check_issue_numbers,
-                             load_case, load_truth)
+from benchmark.cases import (
+    BUNDLED_CASES_DIR,
+    Case,
+    CaseError,
+    Truth,
+    case_folders,
+    check_issue_numbers,
+    load_case,
+    load_truth,
+)
 from tools import progress
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import Scenario
 
-Oracle = Callable[[Scenario, Path | None, Path | None], Any]   # -> .diverged: bool, .summary: str
-DEFAULT_ORACLE = "tools.probe:probe"
+Oracle = Callable[[Scenario, Path | None, Path | None], Any]  # -> .diverged: bool, .summary: str
+DEFAULT_ORACLE = "tools.probe.prober:probe"
 
 
 class ValidationError(Exception):
@@ -45,9 +54,9 @@ class ValidationError(Exception):
 
 @dataclass(frozen=True)
 class Check:
-    label: str          # how the failure message names the revision
-    rev: str            # a git revision in the built repo
-    diverges: bool      # what the oracle must say there
+    label: str  # how the failure message names the revision
+    rev: str  # a git revision in the built repo
+    diverges: bool  # what the oracle must say there
 
 
 @dataclass(frozen=True)
@@ -66,8 +75,9 @@ def load_oracle(spec: str = DEFAULT_ORACLE) -> Oracle:
     try:
         return getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as e:
-        raise ValidationError(f"oracle {spec!r} is not available ({e}); "
-                              "pass another with --oracle module:function") from None
+        raise ValidationError(
+            f"oracle {spec!r} is not available ({e}); pass another with --oracle module:function"
+        ) from None
 
 
 def validate_case(case: Case | str | Path, oracle: Oracle) -> Verdict:
@@ -92,14 +102,16 @@ def plan_checks(case: Case, truth: Truth, repo: Path) -> list[Check]:
     good_ref = case.scenario.good_ref
     if truth.commit is None:
         if good_ref:
-            raise ValidationError(f"truth.toml names no commit (bug present since base) but repro.toml has "
-                                  f"good_ref {good_ref!r}")
+            raise ValidationError(
+                f"truth.toml names no commit (bug present since base) but repro.toml has good_ref {good_ref!r}"
+            )
         return checks + [Check("base (bug present since base)", "base", True)]
     sha = read_commit_map(repo)["patches"][truth.commit]["sha"]
-    checks += [Check(f"truth commit {truth.commit}", sha, True),
-               Check(f"the commit before truth commit {truth.commit} (truth is not the first bad commit)",
-                     f"{sha}^", False),
-               Check(f"good_ref {good_ref or 'base'!r}", good_ref or "base", False)]
+    checks += [
+        Check(f"truth commit {truth.commit}", sha, True),
+        Check(f"the commit before truth commit {truth.commit} (truth is not the first bad commit)", f"{sha}^", False),
+        Check(f"good_ref {good_ref or 'base'!r}", good_ref or "base", False),
+    ]
     return checks
 
 
@@ -151,7 +163,7 @@ def defined_names(path: Path, rel: str) -> set[str]:
             return qualified_names(ast.parse(path.read_text(errors="replace")))
         except SyntaxError as e:
             raise ValidationError(f"truth file {rel} does not parse at HEAD: {e}") from None
-    from tools import source
+    from tools.source import index as source
 
     language = source.LANGUAGES.get(path.suffix)
     if language is None:
@@ -168,7 +180,7 @@ def qualified_names(tree: ast.AST, prefix: str = "") -> set[str]:
             name = f"{prefix}{node.name}"
             names |= {name} | qualified_names(node, f"{name}.")
         else:
-            names |= qualified_names(node, prefix)   # defs under if/try/with blocks
+            names |= qualified_names(node, prefix)  # defs under if/try/with blocks
     return names
 
 
@@ -188,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.validate", description="Prove benchmark cases.",
-                                 epilog=EPILOG)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmark.validate", description="Prove benchmark cases.", epilog=EPILOG
+    )
     ap.add_argument("cases", nargs="*", help="case ids or folders (default: every case in --cases-dir)")
     ap.add_argument("--cases-dir", type=Path, help="folder of cases (default: the bundled ones)")
     ap.add_argument("--oracle", default=DEFAULT_ORACLE, help=f"module:function (default {DEFAULT_ORACLE})")

@@ -1,4 +1,5 @@
 """Shared test set-up: one checkpoint cache per test session, one CPU thread per process."""
+
 import os
 
 import pytest

@@ -4,18 +4,21 @@ The probe runs the target in its own interpreter with the tree under test first
 on PYTHONPATH; a sitecustomize there is imported at start-up and corrupts the
 installed transformers in one specific place. Nothing of diffdx is patched.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-_PRELUDE = '''
+_PRELUDE = """
 import importlib
 _mod = importlib.import_module("transformers.models.{arch}.modeling_{arch}")
 _Layer = getattr(_mod, "{cls}DecoderLayer")
 _init = _Layer.__init__
-'''
+"""
 
-MLP_DOWN_OFFSET = _PRELUDE + '''
+MLP_DOWN_OFFSET = (
+    _PRELUDE
+    + """
 def __init__(self, config, layer_idx, *a, **k):
     _init(self, config, layer_idx, *a, **k)
     if layer_idx == {layer}:
@@ -23,18 +26,22 @@ def __init__(self, config, layer_idx, *a, **k):
         plain = down.forward
         down.forward = lambda x: plain(x) + {delta} * plain(x).abs().mean()
 _Layer.__init__ = __init__
-'''
+"""
+)
 
-NORM_EPS = _PRELUDE + '''
+NORM_EPS = (
+    _PRELUDE
+    + """
 def __init__(self, config, layer_idx, *a, **k):
     _init(self, config, layer_idx, *a, **k)
     if layer_idx == {layer}:
         norm = self.post_attention_layernorm
         setattr(norm, "variance_epsilon" if hasattr(norm, "variance_epsilon") else "eps", {eps})
 _Layer.__init__ = __init__
-'''
+"""
+)
 
-ROPE_BASE = '''
+ROPE_BASE = """
 import importlib
 import torch
 _mod = importlib.import_module("transformers.models.{arch}.modeling_{arch}")
@@ -47,9 +54,11 @@ def forward(self, x, position_ids, *a, **k):
     self.inv_freq = 1.0 / (1000.0 ** exps)
     return _forward(self, x, position_ids, *a, **k)
 _Rotary.forward = forward
-'''
+"""
 
-LATE_POSITION_OFFSET = _PRELUDE + '''
+LATE_POSITION_OFFSET = (
+    _PRELUDE
+    + """
 _forward = _Layer.forward
 def forward(self, hidden_states, *a, **k):
     out = _forward(self, hidden_states, *a, **k)
@@ -60,7 +69,8 @@ def forward(self, hidden_states, *a, **k):
             out = out + {delta} * hit * out.abs().mean()
     return out
 _Layer.forward = forward
-'''
+"""
+)
 
 CLASS_PREFIX = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "gemma2": "Gemma2"}
 
@@ -76,10 +86,14 @@ def write_fault(dest: Path, template: str, arch: str, **values) -> Path:
 # --- tinyserve sampler faults: one edit in a copy of the pristine subject --------------------------
 
 TINYSERVE_SAMPLER = Path("tinyserve/layers/sampler.py")
-TOP_K_OFF_BY_ONE = ("kth = sorted_desc.gather(1, (top_k - 1).clamp(min=0).unsqueeze(1))",
-                    "kth = sorted_desc.gather(1, top_k.clamp(max=logits.shape[-1] - 1).unsqueeze(1))")
-MIN_P_HALVED = ("threshold = min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
-                "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)")
+TOP_K_OFF_BY_ONE = (
+    "kth = sorted_desc.gather(1, (top_k - 1).clamp(min=0).unsqueeze(1))",
+    "kth = sorted_desc.gather(1, top_k.clamp(max=logits.shape[-1] - 1).unsqueeze(1))",
+)
+MIN_P_HALVED = (
+    "threshold = min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
+    "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
+)
 
 
 def buggy_tinyserve(dest: Path, old: str, new: str) -> Path:
@@ -87,6 +101,7 @@ def buggy_tinyserve(dest: Path, old: str, new: str) -> Path:
     import shutil
 
     from tools.engines.tinyserve import SUBJECT_ROOT
+
     shutil.copytree(SUBJECT_ROOT / "tinyserve", dest / "tinyserve")
     path = dest / TINYSERVE_SAMPLER
     text = path.read_text()

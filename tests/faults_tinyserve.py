@@ -3,6 +3,7 @@
 The copy plays the user's checkout (`--target-source`): the worker imports it first, so the
 probe runs the faulty tree while the bundled subject stays untouched.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -19,26 +20,39 @@ GEMMA2 = "tinyserve/models/gemma2.py"
 class Fault:
     file: str
     old: str
-    new: str            # may hold {layer}
+    new: str  # may hold {layer}
 
 
 # Attention logits scaled wrongly in one layer (a query_pre_attn_scalar-style slip): first diverges at attn.out.
-ATTN_SCALE = Fault(LLAMA, "scale if scale is not None else d ** -0.5, kernels,",
-                   "(scale if scale is not None else d ** -0.5) * (2.0 if layer_idx == {layer} else 1.0), kernels,")
+ATTN_SCALE = Fault(
+    LLAMA,
+    "scale if scale is not None else d ** -0.5, kernels,",
+    "(scale if scale is not None else d ** -0.5) * (2.0 if layer_idx == {layer} else 1.0), kernels,",
+)
 # The MLP's input norm built with a wrong epsilon in one layer: first diverges at mlp_norm.
 MLP_NORM_EPS = {
-    "llama": Fault(LLAMA, "self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels)",
-                   "self.post_attention_layernorm = RMSNorm(cfg.hidden_size, "
-                   "0.5 if layer_idx == {layer} else cfg.rms_norm_eps, kernels)"),
-    "gemma2": Fault(GEMMA2, "self.pre_feedforward_layernorm = GemmaRMSNorm(hs, eps, kernels)",
-                    "self.pre_feedforward_layernorm = GemmaRMSNorm(hs, 0.5 if layer_idx == {layer} else eps, kernels)"),
+    "llama": Fault(
+        LLAMA,
+        "self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels)",
+        "self.post_attention_layernorm = RMSNorm(cfg.hidden_size, "
+        "0.5 if layer_idx == {layer} else cfg.rms_norm_eps, kernels)",
+    ),
+    "gemma2": Fault(
+        GEMMA2,
+        "self.pre_feedforward_layernorm = GemmaRMSNorm(hs, eps, kernels)",
+        "self.pre_feedforward_layernorm = GemmaRMSNorm(hs, 0.5 if layer_idx == {layer} else eps, kernels)",
+    ),
 }
 MLP_NORM_EPS["qwen2"] = MLP_NORM_EPS["mistral"] = MLP_NORM_EPS["llama"]
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=diffdx-test", "-c", "user.email=test@diffdx.local", *args],
-                   cwd=repo, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=diffdx-test", "-c", "user.email=test@diffdx.local", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
 
 
 def faulty_tree(dest: Path, faults: list[tuple[Fault, int]]) -> Path:

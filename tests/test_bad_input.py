@@ -6,6 +6,7 @@ Each test runs the real command as a subprocess. Regression tests for issue 16's
 ("agree"); --taps matching nothing gave an empty table and "agree"; [reference] dtype was
 ignored (now it sets the trusted run's precision; half precision is refused); an unreachable GitHub was "the issue is empty"; a busy port was AttributeError 'jobs'.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,14 +33,15 @@ dtype = "float32"
 prompt_ids = [1, 5, 9]
 max_tokens = 4
 """
-SLOW = pytest.mark.slow                  # same check, another spelling: the CI subset keeps one per row
-UNREACHABLE = "http://127.0.0.1:9"       # the discard port: nothing listens, the connection is refused
+SLOW = pytest.mark.slow  # same check, another spelling: the CI subset keeps one per row
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused
 
 
 def cli(*argv: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1,localhost", **(env or {})}
-    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT,
-                          env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, env=full_env, timeout=timeout
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -57,61 +59,89 @@ def scenario_file(tmp_path: Path, text: str = SCENARIO) -> str:
     return str(path)
 
 
-# --- tools.probe -----------------------------------------------------------------------------------
+# --- tools.probe.prober -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make,words", [
-    (lambda t: t / "missing", ["does not exist"]),
-    (lambda t: (t / "file.py").write_text("x") and t / "file.py", ["is a file"]),
-    (lambda t: (t / "empty").mkdir() or t / "empty", ["no `tinyserve/` package", "installed copy"]),
-    pytest.param(lambda t: (t / "fork" / "tinyserve").mkdir(parents=True) or t / "fork" / "tinyserve",
-                 ["did you mean"], marks=SLOW),
-])
+
+@pytest.mark.parametrize(
+    "make,words",
+    [
+        (lambda t: t / "missing", ["does not exist"]),
+        (lambda t: (t / "file.py").write_text("x") and t / "file.py", ["is a file"]),
+        (lambda t: (t / "empty").mkdir() or t / "empty", ["no `tinyserve/` package", "installed copy"]),
+        pytest.param(
+            lambda t: (t / "fork" / "tinyserve").mkdir(parents=True) or t / "fork" / "tinyserve",
+            ["did you mean"],
+            marks=SLOW,
+        ),
+    ],
+)
 def test_probe_target_source_must_hold_the_package(tmp_path, make, words):
-    proc = cli("tools.probe", "--scenario", scenario_file(tmp_path), "--target-source", str(make(tmp_path)))
+    proc = cli("tools.probe.prober", "--scenario", scenario_file(tmp_path), "--target-source", str(make(tmp_path)))
     assert_one_line_error(proc, BAD_INPUT, "--target-source", *words)
 
 
 def test_probe_taps_matching_nothing_are_an_error(tmp_path):
-    proc = cli("tools.probe", "--scenario", scenario_file(tmp_path), "--taps", "layers.*.attn.q", "layers.7.*")
+    proc = cli("tools.probe.prober", "--scenario", scenario_file(tmp_path), "--taps", "layers.*.attn.q", "layers.7.*")
     assert_one_line_error(proc, BAD_INPUT, "'layers.7.*' matches no tap", "2 layers")
 
 
-@pytest.mark.parametrize("edit,words", [
-    (SCENARIO + '[reference]\nengine = "transformers"\ndtype = "float16"\n', ["[reference] dtype", "cannot be the trusted"]),
-    (SCENARIO.replace("max_tokens = 4", "max_tokens = 2000"), ["exceeds the model's 1024 positions"]),
-    pytest.param(SCENARIO.replace("max_tokens = 4", "max_tokens = 100000000"), ["max_tokens must be between"],
-                 marks=SLOW),
-    (SCENARIO.replace("prompt_ids = [1, 5, 9]", 'prompt = "  "'), ["prompt is empty"]),
-    pytest.param(SCENARIO.replace("prompt_ids = [1, 5, 9]", "prompt_ids = [1, 5, 99999]"),
-                 ["outside the model's vocabulary"], marks=SLOW),
-    (SCENARIO.replace('dtype = "float32"', 'dtype = "float32"\noptions = { prefix_cashing = true }'),
-     ["prefix_cashing", "not accepted by tinyserve"]),
-    pytest.param(SCENARIO.replace('engine = "tinyserve"', 'engine = "vllm"'), ["unknown engine 'vllm'"], marks=SLOW),
-    ("typo = 1\n" + SCENARIO, ["unknown top-level keys ['typo']"]),
-    pytest.param(SCENARIO.replace("[[workload.requests]]", "[workload]\nrequest = []\n[[workload.requests]]"),
-                 ["[workload] has unknown keys"], marks=SLOW),
-    pytest.param(SCENARIO + "[[workload.requests]]\nprompt_ids = [1]\n" * 300, ["at most 256"], marks=SLOW),
-])
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (
+            SCENARIO + '[reference]\nengine = "transformers"\ndtype = "float16"\n',
+            ["[reference] dtype", "cannot be the trusted"],
+        ),
+        (SCENARIO.replace("max_tokens = 4", "max_tokens = 2000"), ["exceeds the model's 1024 positions"]),
+        pytest.param(
+            SCENARIO.replace("max_tokens = 4", "max_tokens = 100000000"), ["max_tokens must be between"], marks=SLOW
+        ),
+        (SCENARIO.replace("prompt_ids = [1, 5, 9]", 'prompt = "  "'), ["prompt is empty"]),
+        pytest.param(
+            SCENARIO.replace("prompt_ids = [1, 5, 9]", "prompt_ids = [1, 5, 99999]"),
+            ["outside the model's vocabulary"],
+            marks=SLOW,
+        ),
+        (
+            SCENARIO.replace('dtype = "float32"', 'dtype = "float32"\noptions = { prefix_cashing = true }'),
+            ["prefix_cashing", "not accepted by tinyserve"],
+        ),
+        pytest.param(
+            SCENARIO.replace('engine = "tinyserve"', 'engine = "vllm"'), ["unknown engine 'vllm'"], marks=SLOW
+        ),
+        ("typo = 1\n" + SCENARIO, ["unknown top-level keys ['typo']"]),
+        pytest.param(
+            SCENARIO.replace("[[workload.requests]]", "[workload]\nrequest = []\n[[workload.requests]]"),
+            ["[workload] has unknown keys"],
+            marks=SLOW,
+        ),
+        pytest.param(SCENARIO + "[[workload.requests]]\nprompt_ids = [1]\n" * 300, ["at most 256"], marks=SLOW),
+    ],
+)
 def test_probe_scenario_checked_before_any_engine_runs(tmp_path, edit, words):
-    proc = cli("tools.probe", "--scenario", scenario_file(tmp_path, edit))
+    proc = cli("tools.probe.prober", "--scenario", scenario_file(tmp_path, edit))
     assert_one_line_error(proc, BAD_INPUT, *words)
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--reference", "transformers:bfloat16"], ["[reference] dtype"]),
-    pytest.param(["--target", "tinyserve:float32:block_size"], ["not key=value"], marks=SLOW),
-    pytest.param(["--target", "a:b:c:d"], ["is not ENGINE"], marks=SLOW),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--reference", "transformers:bfloat16"], ["[reference] dtype"]),
+        pytest.param(["--target", "tinyserve:float32:block_size"], ["not key=value"], marks=SLOW),
+        pytest.param(["--target", "a:b:c:d"], ["is not ENGINE"], marks=SLOW),
+    ],
+)
 def test_probe_engine_spec_flags_are_checked(tmp_path, argv, words):
-    proc = cli("tools.probe", "--scenario", scenario_file(tmp_path), *argv)
+    proc = cli("tools.probe.prober", "--scenario", scenario_file(tmp_path), *argv)
     assert_one_line_error(proc, BAD_INPUT, *words)
 
 
 def test_probe_missing_scenario_file(tmp_path):
-    assert_one_line_error(cli("tools.probe", "--scenario", str(tmp_path / "nope.toml")), BAD_INPUT, "not found")
+    assert_one_line_error(cli("tools.probe.prober", "--scenario", str(tmp_path / "nope.toml")), BAD_INPUT, "not found")
 
 
 # --- agent.run ------------------------------------------------------------------------------------
+
 
 def test_agent_run_out_that_is_a_file(tmp_path):
     (tmp_path / "out").write_text("")
@@ -132,8 +162,15 @@ def test_agent_run_config_value_of_the_wrong_type(tmp_path):
 
 def test_agent_run_issue_without_model_or_prompts_names_what_is_missing(tmp_path):
     (tmp_path / "issue.md").write_text("The output is wrong since the upgrade.\n")
-    proc = cli("agent.run", "--issue-file", str(tmp_path / "issue.md"), "--target-source", str(tmp_path),
-               "--out", str(tmp_path / "o"))
+    proc = cli(
+        "agent.run",
+        "--issue-file",
+        str(tmp_path / "issue.md"),
+        "--target-source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert_one_line_error(proc, BAD_INPUT, "missing: model", "prompts (")
 
 
@@ -141,26 +178,53 @@ def test_agent_run_issue_with_prose_prompts_is_read(tmp_path):
     """Prompts given as a numbered list of quoted strings are understood: with them the only
     missing field is named (here the model), not the prompts."""
     (tmp_path / "issue.md").write_text('Wrong output. Prompts:\n1. "The capital of France is"\n2. "Once upon"\n')
-    proc = cli("agent.run", "--issue-file", str(tmp_path / "issue.md"), "--target-source", str(tmp_path),
-               "--out", str(tmp_path / "o"))
+    proc = cli(
+        "agent.run",
+        "--issue-file",
+        str(tmp_path / "issue.md"),
+        "--target-source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert_one_line_error(proc, BAD_INPUT, "missing: model")
     assert "prompts (" not in proc.stderr
 
 
 def test_agent_run_github_unreachable_says_so(tmp_path):
-    proc = cli("agent.run", "--issue", "7", "--repo", "acme/engine", "--target-source", str(tmp_path),
-               "--out", str(tmp_path / "o"), env={"GITHUB_API_URL": UNREACHABLE})
+    proc = cli(
+        "agent.run",
+        "--issue",
+        "7",
+        "--repo",
+        "acme/engine",
+        "--target-source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        env={"GITHUB_API_URL": UNREACHABLE},
+    )
     assert_one_line_error(proc, ENVIRONMENT, "could not reach the GitHub API at 127.0.0.1")
 
 
 def test_agent_run_target_source_without_the_package(tmp_path):
     (tmp_path / "issue.md").write_text("Wrong output.\n")
-    proc = cli("agent.run", "--issue-file", str(tmp_path / "issue.md"), "--repro", scenario_file(tmp_path),
-               "--target-source", str(tmp_path), "--out", str(tmp_path / "o"))
+    proc = cli(
+        "agent.run",
+        "--issue-file",
+        str(tmp_path / "issue.md"),
+        "--repro",
+        scenario_file(tmp_path),
+        "--target-source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert_one_line_error(proc, BAD_INPUT, "no `tinyserve/` package")
 
 
 # --- agent.triage ---------------------------------------------------------------------------------
+
 
 def test_triage_classify_missing_file(tmp_path):
     proc = cli("agent.triage", "classify", str(tmp_path / "issues.jsonl"))
@@ -179,15 +243,32 @@ def test_triage_since_must_be_a_date():
 
 def test_triage_unknown_repo_is_bad_input(tmp_path):
     from tests.tools.fake_github import FakeGitHub
+
     with FakeGitHub([], repo="acme/engine") as gh:
-        proc = cli("agent.triage", "--repo", "acme/other", "--issues", "3", "--db", str(tmp_path / "t.db"),
-                   env={"GITHUB_API_URL": gh.url})
+        proc = cli(
+            "agent.triage",
+            "--repo",
+            "acme/other",
+            "--issues",
+            "3",
+            "--db",
+            str(tmp_path / "t.db"),
+            env={"GITHUB_API_URL": gh.url},
+        )
     assert_one_line_error(proc, BAD_INPUT, "acme/other", "404")
 
 
 def test_triage_github_unreachable_says_so(tmp_path):
-    proc = cli("agent.triage", "--repo", "acme/engine", "--issues", "1", "--db", str(tmp_path / "t.db"),
-               env={"GITHUB_API_URL": UNREACHABLE})
+    proc = cli(
+        "agent.triage",
+        "--repo",
+        "acme/engine",
+        "--issues",
+        "1",
+        "--db",
+        str(tmp_path / "t.db"),
+        env={"GITHUB_API_URL": UNREACHABLE},
+    )
     assert_one_line_error(proc, ENVIRONMENT, "could not reach the GitHub API")
 
 
@@ -204,6 +285,7 @@ def test_triage_serve_on_a_busy_port(tmp_path):
 def test_webhook_bad_content_length_is_a_400(length):
     """A negative length used to make the handler read until the client hung up; text, a traceback."""
     from agent.triage_webhook import WebhookServer
+
     server = WebhookServer(("127.0.0.1", 0), "secret", lambda repo, issue: None)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -211,7 +293,7 @@ def test_webhook_bad_content_length_is_a_400(length):
             header = f"Content-Length: {length}\r\n" if length else ""
             s.sendall(f"POST / HTTP/1.1\r\nHost: x\r\n{header}X-GitHub-Event: issues\r\n\r\n{{}}".encode())
             answer = b""
-            while chunk := s.recv(4096):             # the server closes after its reply
+            while chunk := s.recv(4096):  # the server closes after its reply
                 answer += chunk
             answer = answer.decode()
     finally:
@@ -222,11 +304,16 @@ def test_webhook_bad_content_length_is_a_400(length):
 
 def test_webhook_signed_body_that_is_not_an_object_is_a_400():
     from agent.triage_webhook import WebhookServer, sign
+
     server = WebhookServer(("127.0.0.1", 0), "secret", lambda repo, issue: None)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     body = b"[1, 2]"
-    request = urllib.request.Request(f"http://127.0.0.1:{server.server_address[1]}/", data=body, method="POST",
-                                     headers={"X-Hub-Signature-256": sign("secret", body), "X-GitHub-Event": "issues"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.server_address[1]}/",
+        data=body,
+        method="POST",
+        headers={"X-Hub-Signature-256": sign("secret", body), "X-GitHub-Event": "issues"},
+    )
     try:
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
@@ -237,6 +324,7 @@ def test_webhook_signed_body_that_is_not_an_object_is_a_400():
 
 
 # --- benchmark.run / benchmark.validate -----------------------------------------------------------
+
 
 def test_benchmark_run_out_that_is_a_file(tmp_path):
     (tmp_path / "out").write_text("")
@@ -258,6 +346,7 @@ def test_benchmark_validate_unknown_case():
 
 def test_benchmark_run_list_names_every_case_and_works_with_cases_dir(tmp_path):
     from benchmark.cases import load_cases
+
     cases = load_cases()
     proc = cli("benchmark.run", "--list")
     assert proc.returncode == 0, proc.stderr
@@ -271,13 +360,23 @@ def test_benchmark_run_list_names_every_case_and_works_with_cases_dir(tmp_path):
     (picked / cases[0].id).symlink_to(cases[0].dir)
     proc = cli("benchmark.run", "--list", "--cases-dir", str(picked))
     assert proc.returncode == 0 and proc.stdout.splitlines()[1].split()[0] == cases[0].id
-    assert_one_line_error(cli("benchmark.run", "--list", "--cases-dir", str(tmp_path / "none")), BAD_INPUT,
-                          "does not exist")
+    assert_one_line_error(
+        cli("benchmark.run", "--list", "--cases-dir", str(tmp_path / "none")), BAD_INPUT, "does not exist"
+    )
 
 
-@pytest.mark.parametrize("module", [("tools.probe",), ("agent.run",), ("agent.triage", "classify"),
-                                    ("agent.triage", "serve"), ("agent.triage",), ("benchmark.run",),
-                                    ("benchmark.validate",)])
+@pytest.mark.parametrize(
+    "module",
+    [
+        ("tools.probe.prober",),
+        ("agent.run",),
+        ("agent.triage", "classify"),
+        ("agent.triage", "serve"),
+        ("agent.triage",),
+        ("benchmark.run",),
+        ("benchmark.validate",),
+    ],
+)
 def test_every_cli_documents_the_exit_codes(module):
     proc = cli(*module, "--help")
     text = " ".join(proc.stdout.split())
@@ -288,6 +387,13 @@ def test_every_cli_documents_the_exit_codes(module):
 def test_the_bad_input_rows_never_wrote_a_report(tmp_path):
     """An up-front error leaves no report claiming anything: the --out folder stays empty."""
     (tmp_path / "issue.md").write_text("broken\n")
-    cli("agent.run", "--issue-file", str(tmp_path / "issue.md"), "--target-source", str(tmp_path),
-        "--out", str(tmp_path / "o"))
+    cli(
+        "agent.run",
+        "--issue-file",
+        str(tmp_path / "issue.md"),
+        "--target-source",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert not (tmp_path / "o" / "report.json").exists() and not (tmp_path / "o" / "args.json").exists()

@@ -14,6 +14,7 @@ A block is marked by an HTML comment on the line above its fence:
 
 `slow` after the action marks the test slow.
 """
+
 import os
 import re
 import shlex
@@ -52,8 +53,16 @@ def doc_blocks() -> list[Block]:
     for path in DOCS:
         text = path.read_text()
         for m in TAGGED.finditer(text):
-            out.append(Block(path.name, text[:m.start()].count("\n") + 1, m["action"],
-                             tuple(shlex.split(m["args"])), m["lang"], m["body"]))
+            out.append(
+                Block(
+                    path.name,
+                    text[: m.start()].count("\n") + 1,
+                    m["action"],
+                    tuple(shlex.split(m["args"])),
+                    m["lang"],
+                    m["body"],
+                )
+            )
     return out
 
 
@@ -61,8 +70,11 @@ BLOCKS = doc_blocks()
 
 
 def params(*actions: str):
-    return [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if "slow" in b.args else [])
-            for b in BLOCKS if b.action in actions]
+    return [
+        pytest.param(b, id=b.id, marks=[pytest.mark.slow] if "slow" in b.args else [])
+        for b in BLOCKS
+        if b.action in actions
+    ]
 
 
 def saved_files() -> dict[str, str]:
@@ -92,9 +104,10 @@ def test_relative_links_resolve(path):
 def scenario_of(block: Block):
     from transformers import AutoConfig
 
-    from tools.checkpoints import model_config_keys
+    from tools.probe.checkpoints import model_config_keys
+
     sc = loads(block.body)
-    if "arch" in sc.model:        # the model table must also make a config transformers accepts
+    if "arch" in sc.model:  # the model table must also make a config transformers accepts
         AutoConfig.for_model(sc.model["arch"], **model_config_keys(sc.model))
     return sc
 
@@ -113,7 +126,8 @@ def test_invalid_scenarios_are_rejected(block):
 
 @pytest.mark.parametrize("block", params("probe"))
 def test_scenarios_probe(block):
-    from tools.probe import probe
+    from tools.probe.prober import probe
+
     result = probe(scenario_of(block))
     assert result.diverged == ("diverge" in block.args), result.summary
 
@@ -123,16 +137,19 @@ def test_commands_run(block, tmp_path):
     for name, body in saved_files().items():
         (tmp_path / name).write_text(body)
     (tmp_path / "benchmark").symlink_to(ROOT / "benchmark")
-    want = int(next(a for a in block.args if a.startswith("exit="))[len("exit="):])
+    want = int(next(a for a in block.args if a.startswith("exit="))[len("exit=") :])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     lines = [ln for ln in block.body.splitlines() if ln.strip() and not ln.startswith("#")]
     for i, line in enumerate(lines):
-        proc = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+        )
         expected = want if i == len(lines) - 1 else 0
-        assert proc.returncode == expected, f"{line!r} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        assert proc.returncode == expected, (
+            f"{line!r} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
         if i == len(lines) - 1:
-            for text in (a[len("expect="):] for a in block.args if a.startswith("expect=")):
+            for text in (a[len("expect=") :] for a in block.args if a.startswith("expect=")):
                 assert text in proc.stdout + proc.stderr, f"{line!r} did not say {text!r}"
-        if proc.returncode == 2:      # bad input: one line of error, no traceback
+        if proc.returncode == 2:  # bad input: one line of error, no traceback
             assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -4,16 +4,17 @@ For engines with swappable kernels, the kernel is found by bisecting the set of 
 swapped to their native twins (⌈log2 K⌉ + 1 probes): the divergence vanishes exactly when
 the faulty kernel runs native.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from tools import compare
-from tools import taps as tapnames
 from tools.engines import engine_capabilities
 from tools.engines.runner import EngineRunError
-from tools.evidence import DrillDown, Reproduction
-from tools.probe import Prober, ProbeResult
+from tools.hypotheses.evidence import DrillDown, Reproduction
+from tools.probe import compare
+from tools.probe import taps as tapnames
+from tools.probe.prober import Prober, ProbeResult
 
 
 def divergence_pattern(result: ProbeResult, prompt_lengths: list[int]) -> dict:
@@ -21,11 +22,17 @@ def divergence_pattern(result: ProbeResult, prompt_lengths: list[int]) -> dict:
     f = result.first
     n_requests = len(prompt_lengths)
     decode_only = all(p >= min(prompt_lengths[r] for r in f.requests) for p in f.positions)
-    return {"requests": f.requests, "all_requests": len(f.requests) == n_requests,
-            "positions": compare.compress(f.positions), "from_position": min(f.positions),
-            "steps": compare.compress(f.steps), "decode_only": decode_only,
-            "prefill_only": max(f.steps) == 0 if f.steps else False,
-            "nonfinite": f.nonfinite, "tokens": result.tokens}
+    return {
+        "requests": f.requests,
+        "all_requests": len(f.requests) == n_requests,
+        "positions": compare.compress(f.positions),
+        "from_position": min(f.positions),
+        "steps": compare.compress(f.steps),
+        "decode_only": decode_only,
+        "prefill_only": max(f.steps) == 0 if f.steps else False,
+        "nonfinite": f.nonfinite,
+        "tokens": result.tokens,
+    }
 
 
 def describe(pattern: dict, tap: str) -> list[str]:
@@ -42,13 +49,14 @@ def describe(pattern: dict, tap: str) -> list[str]:
 
 def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) -> DrillDown:
     result = repro.probe
-    if result.first is None:     # tokens differ, no tap over threshold: the output itself is the clue
+    if result.first is None:  # tokens differ, no tap over threshold: the output itself is the clue
         return DrillDown("sampler.token", None, "sampler", evidence=[result.summary])
     tap = result.first.tap
     lengths = [len(o.prompt_ids) for o in result.target.outputs]
     pattern = divergence_pattern(result, lengths)
-    drill = DrillDown(tap, tapnames.split(tap)[0], tapnames.component(tap), pattern=pattern,
-                      evidence=describe(pattern, tap))
+    drill = DrillDown(
+        tap, tapnames.split(tap)[0], tapnames.component(tap), pattern=pattern, evidence=describe(pattern, tap)
+    )
     before = prober.engine_runs
     drill.kernel = find_kernel(repro, prober, target_source, drill.evidence)
     drill.engine_runs = prober.engine_runs - before
@@ -58,8 +66,8 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) 
 def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]) -> str | None:
     """Bisect the swappable kernels with native twins; None when no kernel explains it."""
     try:
-        kernels = list(engine_capabilities(repro.scenario.target, source).kernels)   # the tree under test's
-    except Exception as e:       # an adapter that cannot list kernels is not fatal
+        kernels = list(engine_capabilities(repro.scenario.target, source).kernels)  # the tree under test's
+    except Exception as e:  # an adapter that cannot list kernels is not fatal
         evidence.append(f"kernel list unavailable: {e}")
         return None
     if not kernels:
@@ -68,8 +76,8 @@ def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]
         evidence.append(f"divergence persists with every kernel native ({', '.join(kernels)}): not a kernel")
         return None
     while len(kernels) > 1:
-        half = kernels[:len(kernels) // 2]
-        kernels = kernels[len(kernels) // 2:] if _diverges(repro, prober, source, half) else half
+        half = kernels[: len(kernels) // 2]
+        kernels = kernels[len(kernels) // 2 :] if _diverges(repro, prober, source, half) else half
     evidence.append(f"swapping kernel {kernels[0]} to its native twin removes the divergence")
     return kernels[0]
 

@@ -12,36 +12,42 @@ Each CLI's `main` runs inside `run_cli`, which turns a `DiffdxError` (and a few 
 that only ever mean bad input or a broken environment) into `error: <one line>` on stderr and
 the exit code above; a traceback is left only for real bugs.
 """
+
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-AGREE = 0           # also: not reproduced, finished
-DIVERGED = 1        # also: diagnosed, validation failed
+AGREE = 0  # also: not reproduced, finished
+DIVERGED = 1  # also: diagnosed, validation failed
 BAD_INPUT = 2
 ENVIRONMENT = 3
-SIDE_FINDING = 4    # agent.run: the reported trigger agrees, another variant diverged
+SIDE_FINDING = 4  # agent.run: the reported trigger agrees, another variant diverged
 
-EPILOG = ("exit status: 0 agree / not reproduced / done, 1 diverged / diagnosed, "
-          "2 bad input (path, option, scenario, issue), 3 environment failure "
-          "(engine crash or timeout, network, unwritable output); agent.run: 4 not reproduced as "
-          "reported, another divergence found while searching (a side finding)")
+EPILOG = (
+    "exit status: 0 agree / not reproduced / done, 1 diverged / diagnosed, "
+    "2 bad input (path, option, scenario, issue), 3 environment failure "
+    "(engine crash or timeout, network, unwritable output); agent.run: 4 not reproduced as "
+    "reported, another divergence found while searching (a side finding)"
+)
 
 
 class DiffdxError(Exception):
     """An error the user can act on; `exit_code` is its place in the scheme above."""
+
     exit_code = ENVIRONMENT
 
 
 class BadInput(DiffdxError, ValueError):
     """Something the user gave (flag, file, scenario key, issue text) cannot be used."""
+
     exit_code = BAD_INPUT
 
 
 class EnvironmentFailure(DiffdxError, RuntimeError):
     """The input was fine but the machine was not: crash, timeout, network, disk."""
+
     exit_code = ENVIRONMENT
 
 
@@ -60,11 +66,11 @@ def exit_code_of(error: BaseException) -> int | None:
     """The scheme's code for an error a CLI may end with, or None for a bug (keep the traceback)."""
     if isinstance(error, DiffdxError):
         return error.exit_code
-    if type(error).__name__ == "EngineRunError":      # tools.engines.runner: worker crash / timeout
+    if type(error).__name__ == "EngineRunError":  # tools.engines.runner: worker crash / timeout
         return ENVIRONMENT
     if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return BAD_INPUT
-    if isinstance(error, OSError):                      # disk full, permission denied, …
+    if isinstance(error, OSError):  # disk full, permission denied, …
         return ENVIRONMENT
     return None
 

@@ -6,14 +6,15 @@ max_tokens past the model's positions would run until the engine's timeout. Each
 a `BadInput` here, with one line saying what to change. Reads only small files (config.json,
 the engine's option list); never loads weights.
 """
+
 from __future__ import annotations
 
 import difflib
 import json
 from pathlib import Path
 
-from tools import taps as tapnames
 from tools.errors import BadInput
+from tools.probe import taps as tapnames
 from tools.scenario import EngineSpec, Scenario, ScenarioError
 
 
@@ -27,7 +28,8 @@ def model_config(model: dict) -> dict:
             raise BadInput(f"model.path {model['path']} has no config.json (an HF-format checkpoint folder)") from None
         except (OSError, ValueError) as e:
             raise BadInput(f"model.path {model['path']}: config.json is unreadable ({e})") from None
-    from tools.checkpoints import model_config_keys
+    from tools.probe.checkpoints import model_config_keys
+
     try:
         return model_config_keys(model)
     except ValueError as e:
@@ -40,18 +42,25 @@ def check_limits(scenario: Scenario, config: dict) -> None:
     for i, req in enumerate(scenario.requests):
         prompt_len = len(req.prompt_ids) if req.prompt_ids is not None else 1
         if isinstance(positions, int) and prompt_len + req.max_tokens > positions:
-            what = f"prompt ({prompt_len} tokens) + max_tokens ({req.max_tokens:,})" if req.prompt_ids \
+            what = (
+                f"prompt ({prompt_len} tokens) + max_tokens ({req.max_tokens:,})"
+                if req.prompt_ids
                 else f"max_tokens ({req.max_tokens:,}) + the prompt"
-            raise BadInput(f"request {i}: {what} exceeds the model's {positions} positions "
-                           "(max_position_embeddings); lower max_tokens")
+            )
+            raise BadInput(
+                f"request {i}: {what} exceeds the model's {positions} positions "
+                "(max_position_embeddings); lower max_tokens"
+            )
         if isinstance(vocab, int) and req.prompt_ids and max(req.prompt_ids) >= vocab:
-            raise BadInput(f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary "
-                           f"(vocab_size {vocab})")
+            raise BadInput(
+                f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary (vocab_size {vocab})"
+            )
 
 
 def adapter(engine: str):
     """Engine name -> its adapter; an unknown name is bad input listing the known ones."""
     from tools.engines import get_engine
+
     try:
         return get_engine(engine)
     except KeyError as e:
@@ -70,16 +79,21 @@ def check_target_source(engine: str, source: Path | None) -> Path | None:
     package = getattr(adapter(engine), "package", None)
     if package and not (source / package).is_dir():
         hint = f"; did you mean its parent {source.parent}?" if source.name == package else ""
-        raise BadInput(f"--target-source {source} holds no `{package}/` package, so {engine} would be imported "
-                       f"from the installed copy instead{hint}")
+        raise BadInput(
+            f"--target-source {source} holds no `{package}/` package, so {engine} would be imported "
+            f"from the installed copy instead{hint}"
+        )
     return source.resolve()
 
 
 def canonical_taps(config: dict) -> list[str]:
     """Every canonical tap name a model with this config can report (DESIGN §2)."""
     layers = int(config.get("num_hidden_layers") or 0)
-    return (["embed"] + [tapnames.layer_tap(i, t) for i in range(layers) for t in tapnames.LAYER_TAPS]
-            + list(tapnames.HEAD_TAPS))
+    return (
+        ["embed"]
+        + [tapnames.layer_tap(i, t) for i in range(layers) for t in tapnames.LAYER_TAPS]
+        + list(tapnames.HEAD_TAPS)
+    )
 
 
 def check_taps(patterns: list[str] | None, config: dict) -> None:
@@ -89,8 +103,10 @@ def check_taps(patterns: list[str] | None, config: dict) -> None:
     names = canonical_taps(config)
     for p in patterns:
         if not any(tapnames.matches(n, [p]) for n in names):
-            raise BadInput(f"--taps pattern {p!r} matches no tap of this model (e.g. embed, layers.0.attn.q, "
-                           f"layers.*.mlp.*, logits; {config.get('num_hidden_layers')} layers)")
+            raise BadInput(
+                f"--taps pattern {p!r} matches no tap of this model (e.g. embed, layers.0.attn.q, "
+                f"layers.*.mlp.*, logits; {config.get('num_hidden_layers')} layers)"
+            )
 
 
 def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
@@ -109,13 +125,22 @@ def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
     unknown = sorted(set(spec.options) - set(known))
     if unknown:
         close = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
-        hint = f"did you mean {', '.join(close)}?" if close else \
-            f"it accepts: {', '.join(sorted(known))}" if len(known) <= 30 else f"it accepts {len(known)} others"
+        hint = (
+            f"did you mean {', '.join(close)}?"
+            if close
+            else f"it accepts: {', '.join(sorted(known))}"
+            if len(known) <= 30
+            else f"it accepts {len(known)} others"
+        )
         raise BadInput(f"[{where}] options {unknown} are not accepted by {spec.engine}; {hint}")
 
 
-def preflight(scenario: Scenario, target_source: Path | None = None, taps: list[str] | None = None,
-              reference_source: Path | None = None) -> Path | None:
+def preflight(
+    scenario: Scenario,
+    target_source: Path | None = None,
+    taps: list[str] | None = None,
+    reference_source: Path | None = None,
+) -> Path | None:
     """All checks for one probe or diagnosis; returns the resolved target source."""
     if not isinstance(scenario, Scenario):
         raise ScenarioError("no scenario")

@@ -19,6 +19,7 @@ tests, piped runs and benchmark worker processes draw nothing, and stdout (where
 JSON) is never written. Tasks are kept in one place per process (this module), so stages need
 no reporter handed down; a lock keeps the list whole when an oracle thread opens tasks.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,8 @@ SEPARATOR = " › "
 class Task:
     label: str
     total: int | None = None
-    count: int = 0                      # items started (each) or finished (advance by a callback)
-    detail: str = ""                    # the current or last item
+    count: int = 0  # items started (each) or finished (advance by a callback)
+    detail: str = ""  # the current or last item
     started: float = field(default_factory=time.monotonic)
 
     def advance(self, detail: str = "", n: int = 1) -> None:
@@ -122,8 +123,14 @@ def live(quiet: bool = False, console=None):
     try:
         # stdout is routed above the line only when it is the terminal too; piped, it is left
         # alone, so JSON printed there stays clean
-        with Live(get_renderable=render, console=console, transient=True, refresh_per_second=4,
-                  redirect_stdout=sys.stdout.isatty(), redirect_stderr=True):
+        with Live(
+            get_renderable=render,
+            console=console,
+            transient=True,
+            refresh_per_second=4,
+            redirect_stdout=sys.stdout.isatty(),
+            redirect_stderr=True,
+        ):
             yield
     finally:
         _drawing.clear()

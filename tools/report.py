@@ -11,6 +11,7 @@ finding" or null) and `side_findings` lists every one. `ran` says what ran: engi
 source tree and commit, runs that answered or failed; report.md claims agreement only over runs
 that answered, and says so when nothing ran.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,23 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction
+from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 MAX_HYPOTHESES = 5
 REPORT_KEYS = ("issue", "reproduced", "first_divergence", "kernel", "commit", "hypotheses", "cost")
-HYPOTHESIS_KEYS = ("rank", "file", "function", "commit", "category", "confidence", "verified",
-                   "explanation", "evidence", "suggested_fix")
+HYPOTHESIS_KEYS = (
+    "rank",
+    "file",
+    "function",
+    "commit",
+    "category",
+    "confidence",
+    "verified",
+    "explanation",
+    "evidence",
+    "suggested_fix",
+)
 COST_KEYS = ("engine_runs", "llm_calls", "tokens_in", "tokens_out", "wall_s")
 DIVERGENCE_KEYS = ("tap", "step", "requests", "positions", "ratio")
 
@@ -52,8 +63,15 @@ def diagnosis_of(repro: Reproduction | None) -> str | None:
     return "reported issue" if repro.on_issue else "side finding"
 
 
-def build_report(issue: str, repro: Reproduction | None, drill: DrillDown | None, culprit: Culprit | None,
-                 hypotheses: list[Hypothesis], cost: dict, extras: dict | None = None) -> dict:
+def build_report(
+    issue: str,
+    repro: Reproduction | None,
+    drill: DrillDown | None,
+    culprit: Culprit | None,
+    hypotheses: list[Hypothesis],
+    cost: dict,
+    extras: dict | None = None,
+) -> dict:
     """Stage outputs -> the §5 report dict (extras appended after the contract's keys)."""
     report = {
         "issue": str(issue),
@@ -66,20 +84,41 @@ def build_report(issue: str, repro: Reproduction | None, drill: DrillDown | None
     }
     report["diagnosis_of"] = diagnosis_of(repro)
     if repro is not None:
-        report.update(trigger=repro.trigger if repro.on_issue else None, precision=repro.precision,
-                      side_findings=[asdict(f) for f in repro.side_findings],
-                      trials=[{"description": t.description, "diverged": t.diverged, "summary": t.summary,
-                               "engine_runs": t.engine_runs, "dtype": t.dtype, "off_issue": t.off_issue}
-                              for t in repro.trials])
+        report.update(
+            trigger=repro.trigger if repro.on_issue else None,
+            precision=repro.precision,
+            side_findings=[asdict(f) for f in repro.side_findings],
+            trials=[
+                {
+                    "description": t.description,
+                    "diverged": t.diverged,
+                    "summary": t.summary,
+                    "engine_runs": t.engine_runs,
+                    "dtype": t.dtype,
+                    "off_issue": t.off_issue,
+                }
+                for t in repro.trials
+            ],
+        )
         report["tokens"] = {str(k): v for k, v in (repro.probe.tokens if repro.probe else {}).items()}
     if drill is not None:
-        report["drill_down"] = {"tap": drill.tap, "layer": drill.layer, "component": drill.component,
-                                "pattern": drill.pattern, "evidence": drill.evidence}
+        report["drill_down"] = {
+            "tap": drill.tap,
+            "layer": drill.layer,
+            "component": drill.component,
+            "pattern": drill.pattern,
+            "evidence": drill.evidence,
+        }
     if culprit is not None:
-        report["bisection"] = {"sha": culprit.sha, "subject": culprit.subject, "message": culprit.message,
-                               "tested": [list(t) for t in culprit.tested], "ambiguous": culprit.ambiguous}
+        report["bisection"] = {
+            "sha": culprit.sha,
+            "subject": culprit.subject,
+            "message": culprit.message,
+            "tested": [list(t) for t in culprit.tested],
+            "ambiguous": culprit.ambiguous,
+        }
     report.update({k: v for k, v in (extras or {}).items() if k not in report})
-    return json.loads(json.dumps(report, default=str))      # plain JSON types only
+    return json.loads(json.dumps(report, default=str))  # plain JSON types only
 
 
 def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> dict:
@@ -88,13 +127,22 @@ def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> 
     out = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
     for role in ("target", "reference"):
         mine = [r for r in runs if r["role"] == role]
-        out[role] = {"engines": sorted({r["engine"] for r in mine}), "dtypes": sorted({r["dtype"] for r in mine}),
-                     "runs": len(mine), "imported": sorted({r["imported"] for r in mine if r.get("imported")})}
+        out[role] = {
+            "engines": sorted({r["engine"] for r in mine}),
+            "dtypes": sorted({r["dtype"] for r in mine}),
+            "runs": len(mine),
+            "imported": sorted({r["imported"] for r in mine if r.get("imported")}),
+        }
     tree = str(target_source) if target_source else None
     out["target"]["runs_in_other_trees"] = sum(1 for r in runs if r["role"] == "target" and r["source"] != tree)
     # an engine imported from outside the tree it was pointed at is not the engine under test
-    out["target"]["outside_source"] = sorted({r["imported"] for r in runs if r["role"] == "target" and r["source"]
-                                              and r.get("imported") and not _inside(r["imported"], r["source"])})
+    out["target"]["outside_source"] = sorted(
+        {
+            r["imported"]
+            for r in runs
+            if r["role"] == "target" and r["source"] and r.get("imported") and not _inside(r["imported"], r["source"])
+        }
+    )
     out["target_source"] = source_tree(target_source)
     return out
 
@@ -107,12 +155,14 @@ def source_tree(path: Path | None) -> dict:
     """{path, commit, dirty} of the tree the target was imported from (None: the installed package)."""
     if path is None:
         return {"path": None, "commit": None, "dirty": None}
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
+
     commit = git("rev-parse", "HEAD")
     return {"path": str(path), "commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None}
 
@@ -142,11 +192,27 @@ def check_report(report: dict) -> list[str]:
 
 
 def render_markdown(report: dict) -> str:
-    env = Environment(loader=FileSystemLoader(PROMPTS), undefined=StrictUndefined, keep_trailing_newline=True,
-                      trim_blocks=True, lstrip_blocks=True)
-    view = {"trigger": None, "precision": None, "trials": [], "bisection": None, "drill_down": None,
-            "llm_fallbacks": [], "error": None, "stopped": None, "diagnosis_of": None, "side_findings": [],
-            "ran": None, **report}
+    env = Environment(
+        loader=FileSystemLoader(PROMPTS),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    view = {
+        "trigger": None,
+        "precision": None,
+        "trials": [],
+        "bisection": None,
+        "drill_down": None,
+        "llm_fallbacks": [],
+        "error": None,
+        "stopped": None,
+        "diagnosis_of": None,
+        "side_findings": [],
+        "ran": None,
+        **report,
+    }
     view["ran_trials"] = [t for t in view["trials"] if not t["summary"].startswith("engine run failed")]
     return env.get_template("report.md.j2").render(r=view)
 
@@ -154,8 +220,9 @@ def render_markdown(report: dict) -> str:
 def divergence_series(stats, requests: list[int] | None = None) -> dict[int, list[tuple[str, float]]]:
     """TapStats -> {request: [(tap, max ratio), …] in execution order} for the diverging
     requests (all requests with a row over the threshold when `requests` is None). Pure."""
-    from tools import compare
-    from tools import taps as tapnames
+    from tools.probe import compare
+    from tools.probe import taps as tapnames
+
     if requests is None:
         requests = sorted({s.request for s in stats if s.divergent(compare.THRESHOLD)})
     out: dict[int, list[tuple[str, float]]] = {}
@@ -177,7 +244,8 @@ def plot_title(report: dict, probe) -> str:
 
 def layer_bands(taps: list[str]) -> list[tuple[int, int, int]]:
     """Taps in execution order -> [(layer, first index, last index)] for each run of one layer. Pure."""
-    from tools import taps as tapnames
+    from tools.probe import taps as tapnames
+
     bands: list[tuple[int, int, int]] = []
     for i, tap in enumerate(taps):
         layer = tapnames.split(tap)[0]
@@ -190,13 +258,14 @@ def layer_bands(taps: list[str]) -> list[tuple[int, int, int]]:
     return bands
 
 
-MAX_TAP_LABELS = 90      # beyond this many taps, label layers instead of taps
+MAX_TAP_LABELS = 90  # beyond this many taps, label layers instead of taps
 MAX_LAYER_LABELS = 24
 
 
 def tap_ticks(taps: list[str]) -> tuple[list[int], list[str]]:
     """x ticks: every tap by its name within the layer, or (many taps) every k-th layer's start. Pure."""
-    from tools import taps as tapnames
+    from tools.probe import taps as tapnames
+
     if len(taps) <= MAX_TAP_LABELS:
         return list(range(len(taps))), [tapnames.split(t)[1] for t in taps]
     bands = layer_bands(taps)
@@ -204,14 +273,17 @@ def tap_ticks(taps: list[str]) -> tuple[list[int], list[str]]:
     return [lo for _, lo, _ in bands[::every]], [f"layer {layer}" for layer, _, _ in bands[::every]]
 
 
-def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_tap: str | None = None,
-                    title: str | None = None) -> bool:
+def plot_divergence(
+    stats, path: Path, requests: list[int] | None = None, first_tap: str | None = None, title: str | None = None
+) -> bool:
     """Error ratio along execution order for the diverging requests, with the threshold line, the
     layers shaded and the first divergence marked. False (nothing written) when there is nothing to plot."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from tools import compare
+
+    from tools.probe import compare
 
     series = divergence_series(stats, requests)
     if not series:
@@ -220,16 +292,31 @@ def plot_divergence(stats, path: Path, requests: list[int] | None = None, first_
     fig, ax = plt.subplots(figsize=(min(16, max(10, 0.16 * len(taps))), 5.2))
     for k, (layer, lo, hi) in enumerate(layer_bands(taps)):
         ax.axvspan(lo - 0.5, hi + 0.5, color="0.93" if k % 2 == 0 else "white", zorder=0)
-        if len(taps) <= MAX_TAP_LABELS:      # small model: the layer above its band, tap names below
-            ax.text((lo + hi) / 2, 1.01, f"layer {layer}", transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=8, color="0.35")
+        if len(taps) <= MAX_TAP_LABELS:  # small model: the layer above its band, tap names below
+            ax.text(
+                (lo + hi) / 2,
+                1.01,
+                f"layer {layer}",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="0.35",
+            )
     for request, points in series.items():
-        ax.plot([taps.index(t) for t, _ in points if t in taps], [max(r, 1e-3) for t, r in points if t in taps],
-                marker=".", linewidth=1.2, label=f"request {request}", zorder=3)
+        ax.plot(
+            [taps.index(t) for t, _ in points if t in taps],
+            [max(r, 1e-3) for t, r in points if t in taps],
+            marker=".",
+            linewidth=1.2,
+            label=f"request {request}",
+            zorder=3,
+        )
     ax.axhline(compare.THRESHOLD, color="red", linestyle="--", linewidth=1, label=f"threshold {compare.THRESHOLD:g}")
     if first_tap in taps:
-        ax.axvline(taps.index(first_tap), color="black", linestyle=":", linewidth=1.2,
-                   label=f"first divergence: {first_tap}")
+        ax.axvline(
+            taps.index(first_tap), color="black", linestyle=":", linewidth=1.2, label=f"first divergence: {first_tap}"
+        )
     ax.set_xticks(*tap_ticks(taps), rotation=90, fontsize=7)
     ax.set_xlim(-0.5, len(taps) - 0.5)
     ax.set_yscale("log")

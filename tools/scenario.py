@@ -3,6 +3,7 @@
 A Scenario is plain data, checked on creation. It is read from `repro.toml`
 (benchmark cases, users) or built by triage, and passed to every engine run.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,14 +16,35 @@ from tools.errors import BadInput
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 SAMPLING_KEYS = {
-    "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "seed", "logprobs", "stop", "stop_token_ids", "ignore_eos",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "logprobs",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
 }
 # Type of each sampling value: a wrong type fails here, not deep inside an engine process.
 _NUMBER, _INT = (int, float), (int,)
-SAMPLING_TYPES = {"temperature": _NUMBER, "top_p": _NUMBER, "min_p": _NUMBER, "repetition_penalty": _NUMBER,
-                  "presence_penalty": _NUMBER, "frequency_penalty": _NUMBER, "top_k": _INT, "seed": _INT,
-                  "logprobs": _INT, "ignore_eos": (bool,), "stop": (str, list), "stop_token_ids": (list,)}
+SAMPLING_TYPES = {
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "min_p": _NUMBER,
+    "repetition_penalty": _NUMBER,
+    "presence_penalty": _NUMBER,
+    "frequency_penalty": _NUMBER,
+    "top_k": _INT,
+    "seed": _INT,
+    "logprobs": _INT,
+    "ignore_eos": (bool,),
+    "stop": (str, list),
+    "stop_token_ids": (list,),
+}
 SCENARIO_KEYS = {"model", "target", "reference", "workload", "good_ref"}
 # Sizes past which a scenario is a typo, not a reproduction (max_tokens is also held to the
 # model's positions by tools.preflight, which knows the checkpoint).
@@ -36,7 +58,7 @@ class ScenarioError(BadInput):
     """A scenario that cannot be run; the message says which key and why."""
 
 
-REFERENCE_DTYPES = ("float64", "float32")   # the trusted run Y; the first is the default
+REFERENCE_DTYPES = ("float64", "float32")  # the trusted run Y; the first is the default
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,9 @@ def _check_sampling(sampling) -> None:
     for key, value in sampling.items():
         types = SAMPLING_TYPES.get(key)
         if types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-            raise ScenarioError(f"sampling.{key} = {value!r} has the wrong type; expected "
-                                f"{' or '.join(t.__name__ for t in types)}")
+            raise ScenarioError(
+                f"sampling.{key} = {value!r} has the wrong type; expected {' or '.join(t.__name__ for t in types)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -134,20 +157,27 @@ class Scenario:
         if self.good_ref is not None and not (isinstance(self.good_ref, str) and self.good_ref.strip()):
             raise ScenarioError(f"good_ref must be a git ref (a non-empty string), got {self.good_ref!r}")
 
-    def with_target(self, **changes) -> "Scenario":
+    def with_target(self, **changes) -> Scenario:
         return replace(self, target=replace(self.target, **changes))
 
-    def with_reference(self, **changes) -> "Scenario":
+    def with_reference(self, **changes) -> Scenario:
         return replace(self, reference=replace(self.reference, **changes))
 
-    def with_requests(self, requests) -> "Scenario":
+    def with_requests(self, requests) -> Scenario:
         return replace(self, requests=tuple(requests))
 
     def to_dict(self) -> dict:
-        reference = {"engine": self.reference.engine, "dtype": self.reference.dtype,
-                     "options": dict(self.reference.options)}
-        data = {"model": dict(self.model), "target": asdict(self.target), "reference": reference,
-                "workload": {"requests": [_request_dict(r) for r in self.requests]}}
+        reference = {
+            "engine": self.reference.engine,
+            "dtype": self.reference.dtype,
+            "options": dict(self.reference.options),
+        }
+        data = {
+            "model": dict(self.model),
+            "target": asdict(self.target),
+            "reference": reference,
+            "workload": {"requests": [_request_dict(r) for r in self.requests]},
+        }
         if self.good_ref:
             data["good_ref"] = self.good_ref
         return data
@@ -175,16 +205,22 @@ def from_dict(data: dict) -> Scenario:
         raise ScenarioError("[model] must be a table")
     target = _engine_spec(data["target"], "target")
     reference = _engine_spec(data.get("reference", {}), "reference")
-    return Scenario(model=data["model"], target=target, reference=reference,
-                    requests=_requests(data.get("workload", {})), good_ref=data.get("good_ref"))
+    return Scenario(
+        model=data["model"],
+        target=target,
+        reference=reference,
+        requests=_requests(data.get("workload", {})),
+        good_ref=data.get("good_ref"),
+    )
 
 
 def _requests(workload) -> tuple[Request, ...]:
     if not isinstance(workload, dict):
         raise ScenarioError("[workload] must be a table")
     if set(workload) - {"requests"}:
-        raise ScenarioError(f"[workload] has unknown keys {sorted(map(str, set(workload) - {'requests'}))}; "
-                            "known: ['requests']")
+        raise ScenarioError(
+            f"[workload] has unknown keys {sorted(map(str, set(workload) - {'requests'}))}; known: ['requests']"
+        )
     raw = workload.get("requests", [])
     if not isinstance(raw, list):
         raise ScenarioError("workload.requests must be an array of tables ([[workload.requests]])")
@@ -210,8 +246,10 @@ def check_reference_dtype(dtype) -> None:
     float32. The reference also runs in the target's dtype (R) on its own, so a half-precision
     value here would mean nothing and is refused rather than ignored."""
     if dtype not in REFERENCE_DTYPES:
-        raise ScenarioError(f"[reference] dtype = {dtype!r} cannot be the trusted high-precision run; use one of "
-                            f"{', '.join(REFERENCE_DTYPES)} (the reference also runs in the target's dtype by itself)")
+        raise ScenarioError(
+            f"[reference] dtype = {dtype!r} cannot be the trusted high-precision run; use one of "
+            f"{', '.join(REFERENCE_DTYPES)} (the reference also runs in the target's dtype by itself)"
+        )
 
 
 def _request(d: dict, i: int) -> Request:
@@ -219,12 +257,13 @@ def _request(d: dict, i: int) -> Request:
         raise ScenarioError(f"request {i} must be a table")
     unknown = set(d) - {"prompt_ids", "prompt", "max_tokens", "sampling", "arrival_step"}
     if unknown:
-        raise ScenarioError(f"request {i} has unknown keys {sorted(map(str, unknown))}; known: "
-                            "prompt, prompt_ids, max_tokens, sampling, arrival_step")
+        raise ScenarioError(
+            f"request {i} has unknown keys {sorted(map(str, unknown))}; known: "
+            "prompt, prompt_ids, max_tokens, sampling, arrival_step"
+        )
     if "prompt_ids" in d:
         ids = d["prompt_ids"]
-        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                for t in ids):
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
             raise ScenarioError(f"request {i}: prompt_ids must be a list of non-negative ints")
         d["prompt_ids"] = tuple(ids)
     try:

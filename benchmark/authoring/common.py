@@ -1,4 +1,5 @@
 """What the case-authoring scripts share: TOML rendering of plain data, and a case written to disk."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ def toml_table(d: dict) -> str:
     return "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
 
 
-def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None,
-               comment: str | None = None, reference: dict | None = None) -> str:
+def repro_toml(
+    model: dict,
+    target: dict,
+    requests: list[dict],
+    good_ref: str | None = None,
+    comment: str | None = None,
+    reference: dict | None = None,
+) -> str:
     out = [f"# {line}\n" for line in (comment or "").splitlines()]
     if good_ref:
         out.append(f"good_ref = {toml_value(good_ref)}\n\n")
@@ -54,19 +61,35 @@ class CaseSpec:
     component: str
     mechanism: str
     steps: list[Step]
-    bug_index: int              # 1-based position of the bug step in `steps`
+    bug_index: int  # 1-based position of the bug step in `steps`
 
     def write(self, cases_dir: Path) -> Path:
         folder = cases_dir / self.id
         folder.mkdir(parents=True, exist_ok=True)
         patches = write_patches(self.subject, self.steps, folder)
-        (folder / "case.toml").write_text(toml_table({
-            "id": self.id, "issue_number": self.issue_number, "subject": self.subject,
-            "category": self.category, "modeled_on": self.modeled_on, "title": self.title}))
+        (folder / "case.toml").write_text(
+            toml_table(
+                {
+                    "id": self.id,
+                    "issue_number": self.issue_number,
+                    "subject": self.subject,
+                    "category": self.category,
+                    "modeled_on": self.modeled_on,
+                    "title": self.title,
+                }
+            )
+        )
         (folder / "issue.md").write_text(self.issue.strip() + "\n")
         (folder / "repro.toml").write_text(self.repro)
-        (folder / "truth.toml").write_text(toml_table({
-            "file": self.truth_file, "function": self.truth_function,
-            "commit": patches[self.bug_index - 1].stem,
-            "component": self.component, "mechanism": self.mechanism}))
+        (folder / "truth.toml").write_text(
+            toml_table(
+                {
+                    "file": self.truth_file,
+                    "function": self.truth_function,
+                    "commit": patches[self.bug_index - 1].stem,
+                    "component": self.component,
+                    "mechanism": self.mechanism,
+                }
+            )
+        )
         return folder

@@ -9,13 +9,14 @@ can be re-run whenever the subject's base changes.
 
 Categories covered: kv-cache (3), attention (3), positional-encoding (3), numerics (3).
 """
+
 from __future__ import annotations
 
 import argparse
 import random
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmark.author import Step, write_patches
@@ -61,7 +62,7 @@ HANNAH = "Hannah Kim <hkim@tinyserve.dev>"
 def dates(start: str, n: int, seed: int) -> list[str]:
     """n increasing ISO dates from `start` (YYYY-MM-DD), 1-9 days apart, office-ish hours."""
     rng = random.Random(seed)
-    day = datetime.fromisoformat(start).replace(tzinfo=timezone.utc)
+    day = datetime.fromisoformat(start).replace(tzinfo=UTC)
     out = []
     for _ in range(n):
         day += timedelta(days=rng.randint(1, 9))
@@ -74,206 +75,355 @@ def dates(start: str, n: int, seed: int) -> list[str]:
 # Behaviour-preserving changes (docs, small features, tests, messages). Each returns a list of
 # replacements; a case uses any one of them at most once.
 
+
 def d_readme_prefix_stats():
-    return [(README, "Engine option `native_kernels=[...]` runs the named kernels' native twins.",
-             "Engine option `native_kernels=[...]` runs the named kernels' native twins.\n\n"
-             "Prefix caching keeps statistics on the block manager: `prefix_hit_tokens` counts the\n"
-             "prompt tokens served from cached blocks since the engine started.")]
+    return [
+        (
+            README,
+            "Engine option `native_kernels=[...]` runs the named kernels' native twins.",
+            "Engine option `native_kernels=[...]` runs the named kernels' native twins.\n\n"
+            "Prefix caching keeps statistics on the block manager: `prefix_hit_tokens` counts the\n"
+            "prompt tokens served from cached blocks since the engine started.",
+        )
+    ]
 
 
 def d_readme_chunked():
-    return [(README, "Step-driven use (staggered arrivals, teacher forcing): `LLMEngine(Config(...))`,",
-             "With `enable_chunked_prefill=True` a long prompt is split over several steps, each at most\n"
-             "`max_num_batched_tokens` tokens (decodes of running requests go first).\n\n"
-             "Step-driven use (staggered arrivals, teacher forcing): `LLMEngine(Config(...))`,")]
+    return [
+        (
+            README,
+            "Step-driven use (staggered arrivals, teacher forcing): `LLMEngine(Config(...))`,",
+            "With `enable_chunked_prefill=True` a long prompt is split over several steps, each at most\n"
+            "`max_num_batched_tokens` tokens (decodes of running requests go first).\n\n"
+            "Step-driven use (staggered arrivals, teacher forcing): `LLMEngine(Config(...))`,",
+        )
+    ]
 
 
 def d_readme_rope():
-    return [(README, "Engine option `native_kernels=[...]` runs the named kernels' native twins.",
-             "Engine option `native_kernels=[...]` runs the named kernels' native twins.\n\n"
-             "RoPE scaling is read from config.json (`rope_parameters`, or the legacy `rope_scaling`\n"
-             "+ `rope_theta`): `linear`, `dynamic`, `llama3` and `yarn` are supported.")]
+    return [
+        (
+            README,
+            "Engine option `native_kernels=[...]` runs the named kernels' native twins.",
+            "Engine option `native_kernels=[...]` runs the named kernels' native twins.\n\n"
+            "RoPE scaling is read from config.json (`rope_parameters`, or the legacy `rope_scaling`\n"
+            "+ `rope_theta`): `linear`, `dynamic`, `llama3` and `yarn` are supported.",
+        )
+    ]
 
 
 def d_sched_counts():
-    return [(SCHED, "    def has_unfinished(self) -> bool:\n        return bool(self.waiting or self.running)\n",
-             "    def has_unfinished(self) -> bool:\n        return bool(self.waiting or self.running)\n\n"
-             "    @property\n    def num_waiting(self) -> int:\n        return len(self.waiting)\n\n"
-             "    @property\n    def num_running(self) -> int:\n        return len(self.running)\n")]
+    return [
+        (
+            SCHED,
+            "    def has_unfinished(self) -> bool:\n        return bool(self.waiting or self.running)\n",
+            "    def has_unfinished(self) -> bool:\n        return bool(self.waiting or self.running)\n\n"
+            "    @property\n    def num_waiting(self) -> int:\n        return len(self.waiting)\n\n"
+            "    @property\n    def num_running(self) -> int:\n        return len(self.running)\n",
+        )
+    ]
 
 
 def d_sched_doc():
-    return [(SCHED, "    def _chunk(self, seq: Sequence, budget: int) -> int:\n",
-             "    def _chunk(self, seq: Sequence, budget: int) -> int:\n"
-             "        \"\"\"Tokens of `seq` to compute this step: all that are left, or (chunked) what the budget allows.\"\"\"\n")]
+    return [
+        (
+            SCHED,
+            "    def _chunk(self, seq: Sequence, budget: int) -> int:\n",
+            "    def _chunk(self, seq: Sequence, budget: int) -> int:\n"
+            '        """Tokens of `seq` to compute this step: all that are left, or (chunked) what the budget allows."""\n',
+        )
+    ]
 
 
 def d_engine_abort():
-    return [(ENGINE, "    def has_unfinished_requests(self) -> bool:\n        return self.scheduler.has_unfinished()\n",
-             "    def has_unfinished_requests(self) -> bool:\n        return self.scheduler.has_unfinished()\n\n"
-             "    def abort_request(self, request_id: str) -> bool:\n"
-             "        \"\"\"Drop a request wherever it is; its blocks go back to the pool. -> whether it was found.\"\"\"\n"
-             "        for seq in list(self.scheduler.waiting):\n"
-             "            if seq.request_id == request_id:\n"
-             "                self.scheduler.waiting.remove(seq)\n"
-             "                return True\n"
-             "        for seq in list(self.scheduler.running):\n"
-             "            if seq.request_id == request_id:\n"
-             "                self.scheduler.finish(seq, \"abort\")\n"
-             "                return True\n"
-             "        return False\n")]
+    return [
+        (
+            ENGINE,
+            "    def has_unfinished_requests(self) -> bool:\n        return self.scheduler.has_unfinished()\n",
+            "    def has_unfinished_requests(self) -> bool:\n        return self.scheduler.has_unfinished()\n\n"
+            "    def abort_request(self, request_id: str) -> bool:\n"
+            '        """Drop a request wherever it is; its blocks go back to the pool. -> whether it was found."""\n'
+            "        for seq in list(self.scheduler.waiting):\n"
+            "            if seq.request_id == request_id:\n"
+            "                self.scheduler.waiting.remove(seq)\n"
+            "                return True\n"
+            "        for seq in list(self.scheduler.running):\n"
+            "            if seq.request_id == request_id:\n"
+            '                self.scheduler.finish(seq, "abort")\n'
+            "                return True\n"
+            "        return False\n",
+        )
+    ]
 
 
 def d_engine_stats():
-    return [(ENGINE, "        self.step_count = 0\n",
-             "        self.step_count = 0\n        self.num_generated_tokens = 0     # statistics: tokens emitted so far\n"),
-            (ENGINE, "            seq.append_token(token, logprob, top)\n",
-             "            seq.append_token(token, logprob, top)\n            self.num_generated_tokens += 1\n")]
+    return [
+        (
+            ENGINE,
+            "        self.step_count = 0\n",
+            "        self.step_count = 0\n        self.num_generated_tokens = 0     # statistics: tokens emitted so far\n",
+        ),
+        (
+            ENGINE,
+            "            seq.append_token(token, logprob, top)\n",
+            "            seq.append_token(token, logprob, top)\n            self.num_generated_tokens += 1\n",
+        ),
+    ]
 
 
 def d_bm_usage():
-    return [(BM, "    @property\n    def num_free_blocks(self) -> int:\n        return len(self.free_queue)\n",
-             "    @property\n    def num_free_blocks(self) -> int:\n        return len(self.free_queue)\n\n"
-             "    @property\n    def usage(self) -> float:\n"
-             "        \"\"\"Fraction of KV blocks held by sequences (cached-but-free blocks count as free).\"\"\"\n"
-             "        return 1.0 - self.num_free_blocks / len(self.blocks)\n")]
+    return [
+        (
+            BM,
+            "    @property\n    def num_free_blocks(self) -> int:\n        return len(self.free_queue)\n",
+            "    @property\n    def num_free_blocks(self) -> int:\n        return len(self.free_queue)\n\n"
+            "    @property\n    def usage(self) -> float:\n"
+            '        """Fraction of KV blocks held by sequences (cached-but-free blocks count as free)."""\n'
+            "        return 1.0 - self.num_free_blocks / len(self.blocks)\n",
+        )
+    ]
 
 
 def d_bm_doc():
-    return [(BM, "freed first, when a fresh block is needed.\n\"\"\"",
-             "freed first, when a fresh block is needed.\n\n"
-             "Invariant: a block is in the free queue exactly when no sequence holds it\n"
-             "(ref_count == 0); its hash stays valid until it is handed out again.\n\"\"\"")]
+    return [
+        (
+            BM,
+            'freed first, when a fresh block is needed.\n"""',
+            "freed first, when a fresh block is needed.\n\n"
+            "Invariant: a block is in the free queue exactly when no sequence holds it\n"
+            '(ref_count == 0); its hash stays valid until it is handed out again.\n"""',
+        )
+    ]
 
 
 def d_bm_repr():
-    return [(BM, "        self.hash: int | None = None\n",
-             "        self.hash: int | None = None\n\n"
-             "    def __repr__(self) -> str:\n"
-             "        return f\"Block({self.block_id}, ref={self.ref_count}, cached={self.hash is not None})\"\n")]
+    return [
+        (
+            BM,
+            "        self.hash: int | None = None\n",
+            "        self.hash: int | None = None\n\n"
+            "    def __repr__(self) -> str:\n"
+            '        return f"Block({self.block_id}, ref={self.ref_count}, cached={self.hash is not None})"\n',
+        )
+    ]
 
 
 def d_seq_repr():
-    return [(SEQ, "    @property\n    def is_finished(self) -> bool:\n        return self.status == SequenceStatus.FINISHED\n",
-             "    @property\n    def is_finished(self) -> bool:\n        return self.status == SequenceStatus.FINISHED\n\n"
-             "    def __repr__(self) -> str:\n"
-             "        return (f\"Sequence({self.request_id!r}, tokens={self.num_tokens}, \"\n"
-             "                f\"computed={self.num_computed_tokens}, blocks={len(self.block_table)}, {self.status.name})\")\n")]
+    return [
+        (
+            SEQ,
+            "    @property\n    def is_finished(self) -> bool:\n        return self.status == SequenceStatus.FINISHED\n",
+            "    @property\n    def is_finished(self) -> bool:\n        return self.status == SequenceStatus.FINISHED\n\n"
+            "    def __repr__(self) -> str:\n"
+            '        return (f"Sequence({self.request_id!r}, tokens={self.num_tokens}, "\n'
+            '                f"computed={self.num_computed_tokens}, blocks={len(self.block_table)}, {self.status.name})")\n',
+        )
+    ]
 
 
 def d_config_msg():
-    return [(CONFIG, "            raise ValueError(f\"block_size must be >= 1, got {self.block_size}\")",
-             "            raise ValueError(f\"block_size must be a positive number of tokens, got {self.block_size}\")")]
+    return [
+        (
+            CONFIG,
+            '            raise ValueError(f"block_size must be >= 1, got {self.block_size}")',
+            '            raise ValueError(f"block_size must be a positive number of tokens, got {self.block_size}")',
+        )
+    ]
 
 
 def d_config_doc():
-    return [(CONFIG, "    \"\"\"Per-layer sliding window (None = full attention).\"\"\"",
-             "    \"\"\"Per-layer sliding window (None = full attention).\n\n"
-             "    `layer_types` (transformers 5) wins; without it gemma2 alternates and every other\n"
-             "    arch uses `sliding_window` (or None) on all layers.\n"
-             "    \"\"\"")]
+    return [
+        (
+            CONFIG,
+            '    """Per-layer sliding window (None = full attention)."""',
+            '    """Per-layer sliding window (None = full attention).\n\n'
+            "    `layer_types` (transformers 5) wins; without it gemma2 alternates and every other\n"
+            "    arch uses `sliding_window` (or None) on all layers.\n"
+            '    """',
+        )
+    ]
 
 
 def d_runner_num_sampled():
-    return [(RUNNER, "    top_logprobs: list[dict | None]\n",
-             "    top_logprobs: list[dict | None]\n\n"
-             "    @property\n    def num_sampled(self) -> int:\n        return len(self.token_ids)\n")]
+    return [
+        (
+            RUNNER,
+            "    top_logprobs: list[dict | None]\n",
+            "    top_logprobs: list[dict | None]\n\n"
+            "    @property\n    def num_sampled(self) -> int:\n        return len(self.token_ids)\n",
+        )
+    ]
 
 
 def d_runner_doc():
-    return [(RUNNER, "    @staticmethod\n    def block_tables(seqs: list[Sequence]) -> torch.Tensor:\n",
-             "    @staticmethod\n    def block_tables(seqs: list[Sequence]) -> torch.Tensor:\n"
-             "        \"\"\"[B, max_blocks] physical block ids, right-padded with block 0 (never read: masked).\"\"\"\n")]
+    return [
+        (
+            RUNNER,
+            "    @staticmethod\n    def block_tables(seqs: list[Sequence]) -> torch.Tensor:\n",
+            "    @staticmethod\n    def block_tables(seqs: list[Sequence]) -> torch.Tensor:\n"
+            '        """[B, max_blocks] physical block ids, right-padded with block 0 (never read: masked)."""\n',
+        )
+    ]
 
 
 def d_attn_gather_doc():
-    return [(OPS_ATTN, "    \"\"\"Tokens [start, end) of one sequence from the paged cache -> [end - start, KVH, D].\"\"\"",
-             "    \"\"\"Tokens [start, end) of one sequence from the paged cache -> [end - start, KVH, D].\n\n"
-             "    Only the blocks covering [start, end) are read; `block_table` may be padded past them.\n"
-             "    \"\"\"")]
+    return [
+        (
+            OPS_ATTN,
+            '    """Tokens [start, end) of one sequence from the paged cache -> [end - start, KVH, D]."""',
+            '    """Tokens [start, end) of one sequence from the paged cache -> [end - start, KVH, D].\n\n'
+            "    Only the blocks covering [start, end) are read; `block_table` may be padded past them.\n"
+            '    """',
+        )
+    ]
 
 
 def d_attn_merge_doc():
-    return [(OPS_ATTN, "    \"\"\"Combine per-partition outputs by their log-sum-exp. [P, ...,D], [P, ...] -> [..., D].\"\"\"",
-             "    \"\"\"Combine per-partition outputs by their log-sum-exp. [P, ...,D], [P, ...] -> [..., D].\n\n"
-             "    Partitions with no visible key have lse = -inf and get weight 0.\n"
-             "    \"\"\"")]
+    return [
+        (
+            OPS_ATTN,
+            '    """Combine per-partition outputs by their log-sum-exp. [P, ...,D], [P, ...] -> [..., D]."""',
+            '    """Combine per-partition outputs by their log-sum-exp. [P, ...,D], [P, ...] -> [..., D].\n\n'
+            "    Partitions with no visible key have lse = -inf and get weight 0.\n"
+            '    """',
+        )
+    ]
 
 
 def d_attn_layer_repr():
-    return [(ATTN_LAYER, "        self._kernel = kernels.paged_attention\n",
-             "        self._kernel = kernels.paged_attention\n\n"
-             "    def extra_repr(self) -> str:\n"
-             "        return (f\"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, \"\n"
-             "                f\"window={self.sliding_window}, softcap={self.softcap}\")\n")]
+    return [
+        (
+            ATTN_LAYER,
+            "        self._kernel = kernels.paged_attention\n",
+            "        self._kernel = kernels.paged_attention\n\n"
+            "    def extra_repr(self) -> str:\n"
+            '        return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "\n'
+            '                f"window={self.sliding_window}, softcap={self.softcap}")\n',
+        )
+    ]
 
 
 def d_norm_doc():
-    return [(OPS_NORM, "def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:\n    # [T, H] -> [T, H]\n",
-             "def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:\n    # [T, H] -> [T, H]; written out step by step, no fused ops\n")]
+    return [
+        (
+            OPS_NORM,
+            "def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:\n    # [T, H] -> [T, H]\n",
+            "def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:\n    # [T, H] -> [T, H]; written out step by step, no fused ops\n",
+        )
+    ]
 
 
 def d_layernorm_repr():
-    return [(("tinyserve/layers/layernorm.py"), "    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):\n",
-             "    def extra_repr(self) -> str:\n"
-             "        return f\"{self.weight.shape[0]}, eps={self.eps}, offset={self.weight_offset}\"\n\n"
-             "    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):\n")]
+    return [
+        (
+            ("tinyserve/layers/layernorm.py"),
+            "    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):\n",
+            "    def extra_repr(self) -> str:\n"
+            '        return f"{self.weight.shape[0]}, eps={self.eps}, offset={self.weight_offset}"\n\n'
+            "    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):\n",
+        )
+    ]
 
 
 def d_rope_mscale_doc():
-    return [(ROPE, "def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:\n",
-             "def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:\n"
-             "    \"\"\"YaRN attention temperature: 0.1 * mscale * ln(scale) + 1 (1 when not extending).\"\"\"\n")]
+    return [
+        (
+            ROPE,
+            "def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:\n",
+            "def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:\n"
+            '    """YaRN attention temperature: 0.1 * mscale * ln(scale) + 1 (1 when not extending)."""\n',
+        )
+    ]
 
 
 def d_rope_repr():
-    return [(ROPE, "    def forward(self, positions, query, key):\n",
-             "    def extra_repr(self) -> str:\n"
-             "        return f\"head_dim={self.head_dim}, rope_type={self.rope['rope_type']}, theta={self.rope['rope_theta']}\"\n\n"
-             "    def forward(self, positions, query, key):\n")]
+    return [
+        (
+            ROPE,
+            "    def forward(self, positions, query, key):\n",
+            "    def extra_repr(self) -> str:\n"
+            "        return f\"head_dim={self.head_dim}, rope_type={self.rope['rope_type']}, theta={self.rope['rope_theta']}\"\n\n"
+            "    def forward(self, positions, query, key):\n",
+        )
+    ]
 
 
 def d_rotary_kernel_doc():
-    return [(OPS_ROT, "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n",
-             "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n    # [..., D] -> [-x2, x1]\n")]
+    return [
+        (
+            OPS_ROT,
+            "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n",
+            "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n    # [..., D] -> [-x2, x1]\n",
+        )
+    ]
 
 
 def d_llama_embeddings():
-    return [(LLAMA, "    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:\n        return self.logits_processor(self.lm_head, hidden)\n",
-             "    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:\n        return self.logits_processor(self.lm_head, hidden)\n\n"
-             "    def get_input_embeddings(self) -> nn.Module:\n        return self.model.embed_tokens\n")]
+    return [
+        (
+            LLAMA,
+            "    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:\n        return self.logits_processor(self.lm_head, hidden)\n",
+            "    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:\n        return self.logits_processor(self.lm_head, hidden)\n\n"
+            "    def get_input_embeddings(self) -> nn.Module:\n        return self.model.embed_tokens\n",
+        )
+    ]
 
 
 def d_gemma_doc():
-    return [(GEMMA, "query_pre_attn_scalar, sliding window on alternate layers, gelu-tanh, tied head.\"\"\"",
-             "query_pre_attn_scalar, sliding window on alternate layers, gelu-tanh, tied head.\n\n"
-             "Norm placement per layer: input -> attn -> post_attention -> (+residual) pre_feedforward\n"
-             "-> mlp -> post_feedforward; the residual add is fused into the next norm.\"\"\"")]
+    return [
+        (
+            GEMMA,
+            'query_pre_attn_scalar, sliding window on alternate layers, gelu-tanh, tied head."""',
+            "query_pre_attn_scalar, sliding window on alternate layers, gelu-tanh, tied head.\n\n"
+            "Norm placement per layer: input -> attn -> post_attention -> (+residual) pre_feedforward\n"
+            '-> mlp -> post_feedforward; the residual add is fused into the next norm."""',
+        )
+    ]
 
 
 def d_loader_msg():
-    return [(LOADER, "        raise FileNotFoundError(f\"no *.safetensors in {model_dir}\")",
-             "        raise FileNotFoundError(f\"no *.safetensors in {model_dir} (is it an HF-format checkpoint dir?)\")")]
+    return [
+        (
+            LOADER,
+            '        raise FileNotFoundError(f"no *.safetensors in {model_dir}")',
+            '        raise FileNotFoundError(f"no *.safetensors in {model_dir} (is it an HF-format checkpoint dir?)")',
+        )
+    ]
 
 
 def d_sampling_clone():
-    return [(SAMPLING, "from dataclasses import dataclass, field\n", "from dataclasses import dataclass, field, replace\n"),
-            (SAMPLING, "    @property\n    def greedy(self) -> bool:\n        return self.temperature == 0.0\n",
-             "    @property\n    def greedy(self) -> bool:\n        return self.temperature == 0.0\n\n"
-             "    def clone(self, **changes) -> \"SamplingParams\":\n        return replace(self, **changes)\n")]
+    return [
+        (SAMPLING, "from dataclasses import dataclass, field\n", "from dataclasses import dataclass, field, replace\n"),
+        (
+            SAMPLING,
+            "    @property\n    def greedy(self) -> bool:\n        return self.temperature == 0.0\n",
+            "    @property\n    def greedy(self) -> bool:\n        return self.temperature == 0.0\n\n"
+            '    def clone(self, **changes) -> "SamplingParams":\n        return replace(self, **changes)\n',
+        ),
+    ]
 
 
 def d_tokenizer_vocab():
-    return [(TOKENIZER, "    def encode(self, text: str) -> list[int]:\n",
-             "    @property\n    def vocab_size(self) -> int:\n        return self._tok.get_vocab_size()\n\n"
-             "    def encode(self, text: str) -> list[int]:\n")]
+    return [
+        (
+            TOKENIZER,
+            "    def encode(self, text: str) -> list[int]:\n",
+            "    @property\n    def vocab_size(self) -> int:\n        return self._tok.get_vocab_size()\n\n"
+            "    def encode(self, text: str) -> list[int]:\n",
+        )
+    ]
 
 
 def d_llm_doc():
-    return [(LLM_PY, "        \"\"\"prompts: a text, a token-id list, or a list of either. -> outputs in prompt order.\"\"\"",
-             "        \"\"\"prompts: a text, a token-id list, or a list of either. -> outputs in prompt order.\n\n"
-             "        One SamplingParams applies to every prompt; a list gives one per prompt.\n"
-             "        \"\"\"")]
+    return [
+        (
+            LLM_PY,
+            '        """prompts: a text, a token-id list, or a list of either. -> outputs in prompt order."""',
+            '        """prompts: a text, a token-id list, or a list of either. -> outputs in prompt order.\n\n'
+            "        One SamplingParams applies to every prompt; a list gives one per prompt.\n"
+            '        """',
+        )
+    ]
 
 
 TEST_BLOCK_MANAGER = '''"""Block manager bookkeeping (no model needed)."""
@@ -349,6 +499,7 @@ def d_test_norm():
 
 # ----------------------------------------------------------------------------- TOML helpers
 
+
 def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -369,8 +520,7 @@ def toml_table(d: dict) -> str:
     return "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
 
 
-def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None,
-               comment: str = "") -> str:
+def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None, comment: str = "") -> str:
     out = "".join(f"# {line}\n" for line in comment.strip().splitlines()) if comment else ""
     if good_ref:
         out += f"good_ref = {toml_value(good_ref)}\n\n"
@@ -388,6 +538,7 @@ def prompt(seed: int, n: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- case spec
 
+
 @dataclass
 class CaseSpec:
     id: str
@@ -402,7 +553,7 @@ class CaseSpec:
     component: str
     mechanism: str
     steps: list[Step]
-    bug_index: int              # 1-based position of the bug step in `steps`
+    bug_index: int  # 1-based position of the bug step in `steps`
     meta: dict = field(default_factory=dict)
 
     def write(self, cases_dir: Path) -> Path:
@@ -410,14 +561,31 @@ class CaseSpec:
         folder.mkdir(parents=True, exist_ok=True)
         patches = write_patches(SUBJECT, self.steps, folder)
         commit = patches[self.bug_index - 1].stem
-        (folder / "case.toml").write_text(toml_table({
-            "id": self.id, "issue_number": self.issue_number, "subject": SUBJECT, "category": self.category,
-            "modeled_on": self.modeled_on, "title": self.title}))
+        (folder / "case.toml").write_text(
+            toml_table(
+                {
+                    "id": self.id,
+                    "issue_number": self.issue_number,
+                    "subject": SUBJECT,
+                    "category": self.category,
+                    "modeled_on": self.modeled_on,
+                    "title": self.title,
+                }
+            )
+        )
         (folder / "issue.md").write_text(self.issue.strip() + "\n")
         (folder / "repro.toml").write_text(self.repro)
-        (folder / "truth.toml").write_text(toml_table({
-            "file": self.truth_file, "function": self.truth_function, "commit": commit,
-            "component": self.component, "mechanism": self.mechanism}))
+        (folder / "truth.toml").write_text(
+            toml_table(
+                {
+                    "file": self.truth_file,
+                    "function": self.truth_function,
+                    "commit": commit,
+                    "component": self.component,
+                    "mechanism": self.mechanism,
+                }
+            )
+        )
         return folder
 
 
@@ -429,28 +597,46 @@ def history(start: str, seed: int, entries: list[tuple[str, str, list]]) -> list
 
 # ============================================================================= the cases
 
+
 def case_prefix_hash_chain() -> CaseSpec:
     shared, head, tail_a, tail_b = prompt(12, 16), prompt(11, 16), prompt(13, 8), prompt(14, 10)
     bug = [
-        (BM, "from collections import OrderedDict\n", "from collections import OrderedDict\nfrom functools import lru_cache\n"),
-        (BM, "def hash_block_tokens(prev_hash: int | None, token_ids) -> int:\n    return hash((prev_hash, tuple(token_ids)))\n",
-         "@lru_cache(maxsize=1 << 16)\ndef _hash_token_tuple(token_ids: tuple) -> int:\n    return hash(token_ids)\n\n\n"
-         "def hash_block_tokens(prev_hash: int | None, token_ids) -> int:\n    return _hash_token_tuple(tuple(token_ids))\n"),
+        (
+            BM,
+            "from collections import OrderedDict\n",
+            "from collections import OrderedDict\nfrom functools import lru_cache\n",
+        ),
+        (
+            BM,
+            "def hash_block_tokens(prev_hash: int | None, token_ids) -> int:\n    return hash((prev_hash, tuple(token_ids)))\n",
+            "@lru_cache(maxsize=1 << 16)\ndef _hash_token_tuple(token_ids: tuple) -> int:\n    return hash(token_ids)\n\n\n"
+            "def hash_block_tokens(prev_hash: int | None, token_ids) -> int:\n    return _hash_token_tuple(tuple(token_ids))\n",
+        ),
     ]
-    steps = history("2025-03-10", 1101, [
-        (LENA, "docs: describe prefix-caching statistics", d_readme_prefix_stats()),
-        (DANIEL, "scheduler: expose num_waiting / num_running for metrics", d_sched_counts()),
-        (WEI, "perf(block_manager): memoize per-block token hashes\n\n"
-              "Profiling a long prompt with prefix caching on showed a visible share of scheduler time\n"
-              "in hash_block_tokens: get_computed_blocks and cache_full_blocks re-hash the same token\n"
-              "tuples every step. Keep the tuple hashes in an LRU cache.", bug),
-        (PRIYA, "block_manager: add usage property", d_bm_usage()),
-        (MARCO, "sampling_params: add clone()", d_sampling_clone()),
-        (TOMAS, "engine: add abort_request()", d_engine_abort()),
-        (HANNAH, "tests: block manager allocate/free", d_test_block_manager()),
-    ])
+    steps = history(
+        "2025-03-10",
+        1101,
+        [
+            (LENA, "docs: describe prefix-caching statistics", d_readme_prefix_stats()),
+            (DANIEL, "scheduler: expose num_waiting / num_running for metrics", d_sched_counts()),
+            (
+                WEI,
+                "perf(block_manager): memoize per-block token hashes\n\n"
+                "Profiling a long prompt with prefix caching on showed a visible share of scheduler time\n"
+                "in hash_block_tokens: get_computed_blocks and cache_full_blocks re-hash the same token\n"
+                "tuples every step. Keep the tuple hashes in an LRU cache.",
+                bug,
+            ),
+            (PRIYA, "block_manager: add usage property", d_bm_usage()),
+            (MARCO, "sampling_params: add clone()", d_sampling_clone()),
+            (TOMAS, "engine: add abort_request()", d_engine_abort()),
+            (HANNAH, "tests: block manager allocate/free", d_test_block_manager()),
+        ],
+    )
     return CaseSpec(
-        id="ts-prefix-hash-chain", issue_number=1101, category="kv-cache",
+        id="ts-prefix-hash-chain",
+        issue_number=1101,
+        category="kv-cache",
         modeled_on=["vllm-project/vllm#12621", "openvinotoolkit/openvino.genai#3722", "tenstorrent/vllm#415"],
         title="Prefix caching serves KV from an unrelated prompt when a chunk of text repeats",
         issue="""
@@ -478,37 +664,66 @@ Expected: B's output identical to running B on a fresh engine.
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {"enable_prefix_caching": True, "block_size": 16}},
-            [{"prompt_ids": head + shared + tail_a, "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": shared + tail_b, "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True},
-              "arrival_step": 2}],
+            [
+                {
+                    "prompt_ids": head + shared + tail_a,
+                    "max_tokens": 8,
+                    "sampling": {"temperature": 0.0, "ignore_eos": True},
+                },
+                {
+                    "prompt_ids": shared + tail_b,
+                    "max_tokens": 8,
+                    "sampling": {"temperature": 0.0, "ignore_eos": True},
+                    "arrival_step": 2,
+                },
+            ],
             good_ref="HEAD~5",
-            comment="request 2 starts with tokens 16..31 of request 1 and arrives after request 1's prefill"),
-        truth_file=BM, truth_function="hash_block_tokens", component="block_manager",
+            comment="request 2 starts with tokens 16..31 of request 1 and arrives after request 1's prefill",
+        ),
+        truth_file=BM,
+        truth_function="hash_block_tokens",
+        component="block_manager",
         mechanism="block hash drops the parent hash, so a block whose tokens repeat at another offset "
-                  "matches a cached block computed under a different prefix",
-        steps=steps, bug_index=3)
+        "matches a cached block computed under a different prefix",
+        steps=steps,
+        bug_index=3,
+    )
 
 
 def case_chunked_slot_mapping() -> CaseSpec:
-    bug = [(RUNNER,
+    bug = [
+        (
+            RUNNER,
             "            slots += [seq.block_table[p // self.block_size] * self.block_size + p % self.block_size\n"
             "                      for p in range(first, first + n)]\n",
             "            base = first // self.block_size          # first block of this run\n"
             "            slots += [seq.block_table[base + j // self.block_size] * self.block_size\n"
-            "                      + (first + j) % self.block_size for j in range(n)]\n")]
-    steps = history("2025-04-01", 1102, [
-        (KENJI, "model_runner: look up slots relative to the run's first block\n\n"
+            "                      + (first + j) % self.block_size for j in range(n)]\n",
+        )
+    ]
+    steps = history(
+        "2025-04-01",
+        1102,
+        [
+            (
+                KENJI,
+                "model_runner: look up slots relative to the run's first block\n\n"
                 "Index the block table from the first block of the scheduled run instead of dividing\n"
-                "every absolute position; one division per sequence instead of one per token.", bug),
-        (SOFIA, "config: clearer block_size error", d_config_msg()),
-        (AMARA, "scheduler: document _chunk", d_sched_doc()),
-        (KENJI, "engine: count generated tokens", d_engine_stats()),
-        (LENA, "docs: explain the chunked-prefill token budget", d_readme_chunked()),
-        (YUKI, "sequence: readable repr", d_seq_repr()),
-        (OLGA, "ops/attention: note on padded block tables", d_attn_gather_doc()),
-    ])
+                "every absolute position; one division per sequence instead of one per token.",
+                bug,
+            ),
+            (SOFIA, "config: clearer block_size error", d_config_msg()),
+            (AMARA, "scheduler: document _chunk", d_sched_doc()),
+            (KENJI, "engine: count generated tokens", d_engine_stats()),
+            (LENA, "docs: explain the chunked-prefill token budget", d_readme_chunked()),
+            (YUKI, "sequence: readable repr", d_seq_repr()),
+            (OLGA, "ops/attention: note on padded block tables", d_attn_gather_doc()),
+        ],
+    )
     return CaseSpec(
-        id="ts-chunked-slot-mapping", issue_number=1102, category="kv-cache",
+        id="ts-chunked-slot-mapping",
+        issue_number=1102,
+        category="kv-cache",
         modeled_on=["vllm-project/vllm#36580", "NVIDIA/TensorRT-LLM#8813"],
         title="Chunked prefill with a token budget that is not a multiple of block_size changes greedy output",
         issue="""
@@ -528,33 +743,56 @@ budget 24; I think it has always been like this since chunked prefill landed.
 """,
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
-            {"engine": "tinyserve", "dtype": "float32",
-             "options": {"enable_chunked_prefill": True, "max_num_batched_tokens": 24, "block_size": 16}},
-            [{"prompt_ids": prompt(21, 60), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}]),
-        truth_file=RUNNER, truth_function="ModelRunner.prepare_inputs", component="model_runner",
+            {
+                "engine": "tinyserve",
+                "dtype": "float32",
+                "options": {"enable_chunked_prefill": True, "max_num_batched_tokens": 24, "block_size": 16},
+            },
+            [{"prompt_ids": prompt(21, 60), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
+        ),
+        truth_file=RUNNER,
+        truth_function="ModelRunner.prepare_inputs",
+        component="model_runner",
         mechanism="slot mapping takes the block index as first//bs + j//bs, which is one block short when a "
-                  "chunk starts mid-block and crosses a block boundary, so K/V overwrite earlier slots",
-        steps=steps, bug_index=1)
+        "chunk starts mid-block and crosses a block boundary, so K/V overwrite earlier slots",
+        steps=steps,
+        bug_index=1,
+    )
 
 
 def case_shared_block_refcount() -> CaseSpec:
     shared = prompt(31, 32)
-    bug = [(BM, "        for block in cached:\n            self._take(block)\n",
+    bug = [
+        (
+            BM,
+            "        for block in cached:\n            self._take(block)\n",
             "        for block in cached:\n"
             "            if block.ref_count == 0:      # revived from the free queue; live blocks are already held\n"
-            "                self._take(block)\n")]
-    steps = history("2025-05-12", 1103, [
-        (DANIEL, "block_manager: document the free-queue invariant", d_bm_doc()),
-        (PRIYA, "engine: count generated tokens", d_engine_stats()),
-        (TOMAS, "sequence: readable repr", d_seq_repr()),
-        (AMARA, "scheduler: expose num_waiting / num_running", d_sched_counts()),
-        (WEI, "block_manager: only take cached blocks that sit in the free queue\n\n"
-              "Blocks shared with a running sequence are already accounted for; skip the free-queue\n"
-              "bookkeeping for them when a new sequence reuses its prefix.", bug),
-        (HANNAH, "tests: block manager allocate/free", d_test_block_manager()),
-    ])
+            "                self._take(block)\n",
+        )
+    ]
+    steps = history(
+        "2025-05-12",
+        1103,
+        [
+            (DANIEL, "block_manager: document the free-queue invariant", d_bm_doc()),
+            (PRIYA, "engine: count generated tokens", d_engine_stats()),
+            (TOMAS, "sequence: readable repr", d_seq_repr()),
+            (AMARA, "scheduler: expose num_waiting / num_running", d_sched_counts()),
+            (
+                WEI,
+                "block_manager: only take cached blocks that sit in the free queue\n\n"
+                "Blocks shared with a running sequence are already accounted for; skip the free-queue\n"
+                "bookkeeping for them when a new sequence reuses its prefix.",
+                bug,
+            ),
+            (HANNAH, "tests: block manager allocate/free", d_test_block_manager()),
+        ],
+    )
     return CaseSpec(
-        id="ts-shared-block-refcount", issue_number=1103, category="kv-cache",
+        id="ts-shared-block-refcount",
+        issue_number=1103,
+        category="kv-cache",
         modeled_on=["vllm-project/vllm#37076", "jjang-ai/vmlx#198"],
         title="Long request degrades after a prefix-sharing request finishes and a new one is admitted (small KV pool)",
         issue="""
@@ -576,36 +814,73 @@ ago. No errors or warnings anywhere; scheduler stats look normal.
 """,
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
-            {"engine": "tinyserve", "dtype": "float32",
-             "options": {"enable_prefix_caching": True, "block_size": 16, "num_kv_blocks": 4}},
-            [{"prompt_ids": shared + prompt(32, 1), "max_tokens": 3, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": shared + prompt(33, 8), "max_tokens": 12, "sampling": {"temperature": 0.0, "ignore_eos": True},
-              "arrival_step": 1},
-             {"prompt_ids": prompt(34, 20), "max_tokens": 4, "sampling": {"temperature": 0.0, "ignore_eos": True},
-              "arrival_step": 5}],
-            good_ref="HEAD~3"),
-        truth_file=BM, truth_function="BlockManager.allocate", component="block_manager",
+            {
+                "engine": "tinyserve",
+                "dtype": "float32",
+                "options": {"enable_prefix_caching": True, "block_size": 16, "num_kv_blocks": 4},
+            },
+            [
+                {
+                    "prompt_ids": shared + prompt(32, 1),
+                    "max_tokens": 3,
+                    "sampling": {"temperature": 0.0, "ignore_eos": True},
+                },
+                {
+                    "prompt_ids": shared + prompt(33, 8),
+                    "max_tokens": 12,
+                    "sampling": {"temperature": 0.0, "ignore_eos": True},
+                    "arrival_step": 1,
+                },
+                {
+                    "prompt_ids": prompt(34, 20),
+                    "max_tokens": 4,
+                    "sampling": {"temperature": 0.0, "ignore_eos": True},
+                    "arrival_step": 5,
+                },
+            ],
+            good_ref="HEAD~3",
+        ),
+        truth_file=BM,
+        truth_function="BlockManager.allocate",
+        component="block_manager",
         mechanism="prefix-cache hits on blocks still held by a running sequence do not take a reference, so when "
-                  "that sequence finishes the shared blocks go to the free queue and are handed to a new request",
-        steps=steps, bug_index=5)
+        "that sequence finishes the shared blocks go to the free queue and are handed to a new request",
+        steps=steps,
+        bug_index=5,
+    )
 
 
 def case_swa_window_edge() -> CaseSpec:
-    bug = [(OPS_ATTN, "        mask &= kv_pos > q_pos - sliding_window\n",
-            "        mask &= kv_pos >= q_pos - sliding_window   # the window counts past tokens\n")]
-    steps = history("2025-06-02", 1104, [
-        (OLGA, "config: document how per-layer windows are chosen", d_config_doc()),
-        (MARCO, "attention layer: extra_repr", d_attn_layer_repr()),
-        (YUKI, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
-        (SOFIA, "attention: count the sliding window in past tokens\n\n"
+    bug = [
+        (
+            OPS_ATTN,
+            "        mask &= kv_pos > q_pos - sliding_window\n",
+            "        mask &= kv_pos >= q_pos - sliding_window   # the window counts past tokens\n",
+        )
+    ]
+    steps = history(
+        "2025-06-02",
+        1104,
+        [
+            (OLGA, "config: document how per-layer windows are chosen", d_config_doc()),
+            (MARCO, "attention layer: extra_repr", d_attn_layer_repr()),
+            (YUKI, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
+            (
+                SOFIA,
+                "attention: count the sliding window in past tokens\n\n"
                 "Mistral describes the window as the number of previous tokens a query may attend to;\n"
-                "make the mask say that explicitly.", bug),
-        (KENJI, "model_runner: document block_tables padding", d_runner_doc()),
-        (DANIEL, "scheduler: document _chunk", d_sched_doc()),
-        (LENA, "llm: document per-prompt sampling params", d_llm_doc()),
-    ])
+                "make the mask say that explicitly.",
+                bug,
+            ),
+            (KENJI, "model_runner: document block_tables padding", d_runner_doc()),
+            (DANIEL, "scheduler: document _chunk", d_sched_doc()),
+            (LENA, "llm: document per-prompt sampling params", d_llm_doc()),
+        ],
+    )
     return CaseSpec(
-        id="ts-swa-window-edge", issue_number=1104, category="attention",
+        id="ts-swa-window-edge",
+        issue_number=1104,
+        category="attention",
         modeled_on=["vllm-project/vllm#3385", "huggingface/transformers#29623", "sgl-project/sglang#4823"],
         title="Mistral outputs drift from transformers once the prompt is longer than the sliding window",
         issue="""
@@ -623,33 +898,56 @@ Env: CPU, float32, block_size 16, no prefix caching, no chunking. Scenario attac
             {"arch": "mistral", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
             [{"prompt_ids": prompt(41, 48), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="base"),
-        truth_file=OPS_ATTN, truth_function="_visible", component="attention",
+            good_ref="base",
+        ),
+        truth_file=OPS_ATTN,
+        truth_function="_visible",
+        component="attention",
         mechanism="sliding-window mask uses >= instead of >, letting each query see sliding_window + 1 keys "
-                  "once the context is longer than the window",
-        steps=steps, bug_index=4)
+        "once the context is longer than the window",
+        steps=steps,
+        bug_index=4,
+    )
 
 
 def case_chunk_causal_offset() -> CaseSpec:
-    bug = [(OPS_ATTN, "    q_pos = torch.arange(seq_len - L, seq_len).view(L, 1)\n",
+    bug = [
+        (
+            OPS_ATTN,
+            "    q_pos = torch.arange(seq_len - L, seq_len).view(L, 1)\n",
             "    ctx_len = seq_len - L                          # tokens cached before this chunk\n"
-            "    q_pos = torch.arange(L).view(L, 1)             # query rows, relative to the chunk\n"),
-           (OPS_ATTN, "    for t0 in _prefill_tile_range(seq_len - L, seq_len, sliding_window):\n",
-            "    for t0 in _prefill_tile_range(ctx_len, seq_len, sliding_window):\n")]
-    steps = history("2025-07-07", 1105, [
-        (AMARA, "docs: explain the chunked-prefill token budget", d_readme_chunked()),
-        (HANNAH, "ops/attention: note on padded block tables", d_attn_gather_doc()),
-        (TOMAS, "sampling_params: add clone()", d_sampling_clone()),
-        (PRIYA, "scheduler: expose num_waiting / num_running", d_sched_counts()),
-        (WEI, "ops/attention: note on empty partitions in the LSE merge", d_attn_merge_doc()),
-        (MARCO, "attention(prefill): name the cached context length\n\n"
+            "    q_pos = torch.arange(L).view(L, 1)             # query rows, relative to the chunk\n",
+        ),
+        (
+            OPS_ATTN,
+            "    for t0 in _prefill_tile_range(seq_len - L, seq_len, sliding_window):\n",
+            "    for t0 in _prefill_tile_range(ctx_len, seq_len, sliding_window):\n",
+        ),
+    ]
+    steps = history(
+        "2025-07-07",
+        1105,
+        [
+            (AMARA, "docs: explain the chunked-prefill token budget", d_readme_chunked()),
+            (HANNAH, "ops/attention: note on padded block tables", d_attn_gather_doc()),
+            (TOMAS, "sampling_params: add clone()", d_sampling_clone()),
+            (PRIYA, "scheduler: expose num_waiting / num_running", d_sched_counts()),
+            (WEI, "ops/attention: note on empty partitions in the LSE merge", d_attn_merge_doc()),
+            (
+                MARCO,
+                "attention(prefill): name the cached context length\n\n"
                 "No functional change intended: hoist seq_len - L into ctx_len and express the query\n"
-                "rows relative to the chunk being computed.", bug),
-        (OLGA, "model_runner: StepResult.num_sampled", d_runner_num_sampled()),
-        (YUKI, "tests: rotary kernel parity", d_test_rotary()),
-    ])
+                "rows relative to the chunk being computed.",
+                bug,
+            ),
+            (OLGA, "model_runner: StepResult.num_sampled", d_runner_num_sampled()),
+            (YUKI, "tests: rotary kernel parity", d_test_rotary()),
+        ],
+    )
     return CaseSpec(
-        id="ts-chunk-causal-offset", issue_number=1105, category="attention",
+        id="ts-chunk-causal-offset",
+        issue_number=1105,
+        category="attention",
         modeled_on=["vllm-project/vllm#36580", "tenstorrent/vllm#415"],
         title="Nonsense output for long prompts when chunked prefill is enabled",
         issue="""
@@ -665,32 +963,57 @@ Could it be the scheduler splitting the prompt at a bad place? Scenario attached
 """,
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
-            {"engine": "tinyserve", "dtype": "float32",
-             "options": {"enable_chunked_prefill": True, "max_num_batched_tokens": 32, "block_size": 16}},
-            [{"prompt_ids": prompt(51, 70), "max_tokens": 6, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": prompt(52, 12), "max_tokens": 6, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="HEAD~4"),
-        truth_file=OPS_ATTN, truth_function="paged_attention_prefill", component="attention",
+            {
+                "engine": "tinyserve",
+                "dtype": "float32",
+                "options": {"enable_chunked_prefill": True, "max_num_batched_tokens": 32, "block_size": 16},
+            },
+            [
+                {"prompt_ids": prompt(51, 70), "max_tokens": 6, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+                {"prompt_ids": prompt(52, 12), "max_tokens": 6, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+            ],
+            good_ref="HEAD~4",
+        ),
+        truth_file=OPS_ATTN,
+        truth_function="paged_attention_prefill",
+        component="attention",
         mechanism="prefill query positions made chunk-relative while key positions stay absolute, so every chunk "
-                  "after the first masks out almost all of the cached context",
-        steps=steps, bug_index=6)
+        "after the first masks out almost all of the cached context",
+        steps=steps,
+        bug_index=6,
+    )
 
 
 def case_gqa_decode_layout() -> CaseSpec:
-    bug = [(OPS_ATTN, "    qg = q.to(_acc(q.dtype)).view(B, kvh, H // kvh, D)\n",
-            "    qg = q.to(_acc(q.dtype)).view(B, H // kvh, kvh, D).transpose(1, 2)   # [B, KVH, G, D], no copy\n")]
-    steps = history("2025-03-24", 1106, [
-        (KENJI, "attention(decode): group query heads per KV head with a strided view\n\n"
+    bug = [
+        (
+            OPS_ATTN,
+            "    qg = q.to(_acc(q.dtype)).view(B, kvh, H // kvh, D)\n",
+            "    qg = q.to(_acc(q.dtype)).view(B, H // kvh, kvh, D).transpose(1, 2)   # [B, KVH, G, D], no copy\n",
+        )
+    ]
+    steps = history(
+        "2025-03-24",
+        1106,
+        [
+            (
+                KENJI,
+                "attention(decode): group query heads per KV head with a strided view\n\n"
                 "Build the [B, KVH, G, D] query layout the split-KV partitions consume as a view\n"
-                "instead of materialising a reshaped copy of q.", bug),
-        (LENA, "attention layer: extra_repr", d_attn_layer_repr()),
-        (SOFIA, "config: clearer block_size error", d_config_msg()),
-        (MARCO, "llama: get_input_embeddings()", d_llama_embeddings()),
-        (DANIEL, "layernorm: extra_repr", d_layernorm_repr()),
-        (YUKI, "tokenizer: vocab_size property", d_tokenizer_vocab()),
-    ])
+                "instead of materialising a reshaped copy of q.",
+                bug,
+            ),
+            (LENA, "attention layer: extra_repr", d_attn_layer_repr()),
+            (SOFIA, "config: clearer block_size error", d_config_msg()),
+            (MARCO, "llama: get_input_embeddings()", d_llama_embeddings()),
+            (DANIEL, "layernorm: extra_repr", d_layernorm_repr()),
+            (YUKI, "tokenizer: vocab_size property", d_tokenizer_vocab()),
+        ],
+    )
     return CaseSpec(
-        id="ts-gqa-decode-layout", issue_number=1106, category="attention",
+        id="ts-gqa-decode-layout",
+        issue_number=1106,
+        category="attention",
         modeled_on=["flashinfer-ai/flashinfer#1148", "flashinfer-ai/flashinfer#1614"],
         title="Only the first generated token matches transformers; every later token differs",
         issue="""
@@ -707,29 +1030,51 @@ CPU, float32, default options. I don't know of a version where this worked.
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
-            [{"prompt_ids": prompt(61, 20), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": prompt(62, 14), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}}]),
-        truth_file=OPS_ATTN, truth_function="paged_attention_decode", component="attention",
+            [
+                {"prompt_ids": prompt(61, 20), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+                {"prompt_ids": prompt(62, 14), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+            ],
+        ),
+        truth_file=OPS_ATTN,
+        truth_function="paged_attention_decode",
+        component="attention",
         mechanism="decode query heads grouped as h % num_kv_heads instead of h // group_size, so with "
-                  "1 < num_kv_heads < num_heads query heads attend with the wrong KV head",
-        steps=steps, bug_index=1)
+        "1 < num_kv_heads < num_heads query heads attend with the wrong KV head",
+        steps=steps,
+        bug_index=1,
+    )
 
 
 def case_llama3_rope_context() -> CaseSpec:
-    bug = [(ROPE, "    old_len = rope[\"original_max_position_embeddings\"]\n    wavelen = 2 * math.pi / inv_freq\n",
-            "    old_len = max_pos\n    wavelen = 2 * math.pi / inv_freq\n")]
-    steps = history("2025-08-04", 1107, [
-        (TOMAS, "docs: list supported RoPE scaling types", d_readme_rope()),
-        (OLGA, "rope(llama3): take the wavelength bands from max_position_embeddings\n\n"
-               "Use the model's configured context (the max_pos every other rotary path gets) instead\n"
-               "of a second length kept in the rope dict.", bug),
-        (WEI, "rope: document the YaRN attention temperature", d_rope_mscale_doc()),
-        (PRIYA, "rope: extra_repr", d_rope_repr()),
-        (AMARA, "engine: add abort_request()", d_engine_abort()),
-        (HANNAH, "tests: rotary kernel parity", d_test_rotary()),
-    ])
+    bug = [
+        (
+            ROPE,
+            '    old_len = rope["original_max_position_embeddings"]\n    wavelen = 2 * math.pi / inv_freq\n',
+            "    old_len = max_pos\n    wavelen = 2 * math.pi / inv_freq\n",
+        )
+    ]
+    steps = history(
+        "2025-08-04",
+        1107,
+        [
+            (TOMAS, "docs: list supported RoPE scaling types", d_readme_rope()),
+            (
+                OLGA,
+                "rope(llama3): take the wavelength bands from max_position_embeddings\n\n"
+                "Use the model's configured context (the max_pos every other rotary path gets) instead\n"
+                "of a second length kept in the rope dict.",
+                bug,
+            ),
+            (WEI, "rope: document the YaRN attention temperature", d_rope_mscale_doc()),
+            (PRIYA, "rope: extra_repr", d_rope_repr()),
+            (AMARA, "engine: add abort_request()", d_engine_abort()),
+            (HANNAH, "tests: rotary kernel parity", d_test_rotary()),
+        ],
+    )
     return CaseSpec(
-        id="ts-llama3-rope-context", issue_number=1107, category="positional-encoding",
+        id="ts-llama3-rope-context",
+        issue_number=1107,
+        category="positional-encoding",
         modeled_on=["ggml-org/llama.cpp#24823", "unslothai/unsloth#6197"],
         title="Llama-3.1-style rope_scaling: logits differ from transformers beyond the first few positions",
         issue="""
@@ -745,39 +1090,66 @@ already in layer 0 for positions past ~10. The same model without `rope_scaling`
 We updated from the `base` release where this model matched. Is llama3 scaling still supported?
 """,
         repro=repro_toml(
-            {"arch": "llama", "seed": 0,
-             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                              "original_max_position_embeddings": 256}},
+            {
+                "arch": "llama",
+                "seed": 0,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 256,
+                },
+            },
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
             [{"prompt_ids": prompt(71, 64), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="base"),
-        truth_file=ROPE, truth_function="llama3_inv_freq", component="rotary_embedding",
+            good_ref="base",
+        ),
+        truth_file=ROPE,
+        truth_function="llama3_inv_freq",
+        component="rotary_embedding",
         mechanism="llama3 frequency bands computed from max_position_embeddings instead of "
-                  "original_max_position_embeddings, so mid frequencies are scaled wrongly",
-        steps=steps, bug_index=2)
+        "original_max_position_embeddings, so mid frequencies are scaled wrongly",
+        steps=steps,
+        bug_index=2,
+    )
 
 
 def case_rope_packed_positions() -> CaseSpec:
-    bug = [(OPS_ROT,
+    bug = [
+        (
+            OPS_ROT,
             "    cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).chunk(2, dim=-1)\n"
             "    return _rotate(query, cos, sin, head_dim), _rotate(key, cos, sin, head_dim)\n",
             "    # the rows of a forward cover consecutive positions: slice the table, no gather\n"
             "    start = int(positions[0]) if positions.numel() else 0\n"
             "    cos, sin = cos_sin_cache[start:start + positions.numel()].to(query.dtype).chunk(2, dim=-1)\n"
-            "    return _rotate(query, cos, sin, head_dim), _rotate(key, cos, sin, head_dim)\n")]
-    steps = history("2025-09-15", 1108, [
-        (SOFIA, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
-        (YUKI, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
-        (DANIEL, "engine: count generated tokens", d_engine_stats()),
-        (LENA, "rope: extra_repr", d_rope_repr()),
-        (KENJI, "perf(rotary): slice the cos/sin table instead of gathering it\n\n"
+            "    return _rotate(query, cos, sin, head_dim), _rotate(key, cos, sin, head_dim)\n",
+        )
+    ]
+    steps = history(
+        "2025-09-15",
+        1108,
+        [
+            (SOFIA, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
+            (YUKI, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
+            (DANIEL, "engine: count generated tokens", d_engine_stats()),
+            (LENA, "rope: extra_repr", d_rope_repr()),
+            (
+                KENJI,
+                "perf(rotary): slice the cos/sin table instead of gathering it\n\n"
                 "index_select over the whole [max_model_len, rot_dim] table shows up in CPU profiles\n"
-                "of small models. A forward's rows are consecutive positions, so a slice is enough.", bug),
-        (MARCO, "layernorm: extra_repr", d_layernorm_repr()),
-        (OLGA, "tests: fused_add_rms_norm parity", d_test_norm()),
-    ])
+                "of small models. A forward's rows are consecutive positions, so a slice is enough.",
+                bug,
+            ),
+            (MARCO, "layernorm: extra_repr", d_layernorm_repr()),
+            (OLGA, "tests: fused_add_rms_norm parity", d_test_norm()),
+        ],
+    )
     return CaseSpec(
-        id="ts-rope-packed-positions", issue_number=1108, category="positional-encoding",
+        id="ts-rope-packed-positions",
+        issue_number=1108,
+        category="positional-encoding",
         modeled_on=["flashinfer-ai/flashinfer#619", "vllm-project/vllm#3869"],
         title="Output depends on what else is in the batch: concurrent requests get wrong tokens",
         issue="""
@@ -797,38 +1169,59 @@ main), the scenario below is what I run.
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
-            [{"prompt_ids": prompt(81, 20), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": prompt(82, 29), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="HEAD~3"),
-        truth_file=OPS_ROT, truth_function="rotary_embedding", component="rotary_embedding",
+            [
+                {"prompt_ids": prompt(81, 20), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+                {"prompt_ids": prompt(82, 29), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+            ],
+            good_ref="HEAD~3",
+        ),
+        truth_file=OPS_ROT,
+        truth_function="rotary_embedding",
+        component="rotary_embedding",
         mechanism="rotary kernel slices cos/sin from positions[0] assuming one contiguous run, so in a packed "
-                  "batch of several sequences every sequence but the first is rotated at wrong positions",
-        steps=steps, bug_index=5)
+        "batch of several sequences every sequence but the first is rotated at wrong positions",
+        steps=steps,
+        bug_index=5,
+    )
 
 
 def case_linear_rope_twice() -> CaseSpec:
-    bug = [(ROPE,
+    bug = [
+        (
+            ROPE,
             "        n = max(max_position, max_model_len)\n"
             "        # a plain attribute, not a buffer: it must stay fp32 when the model is cast\n"
             "        self.cos_sin_cache = compute_cos_sin_cache(inv_freq, torch.arange(n), self.attention_scaling)\n",
             "        n = max(max_position, max_model_len)\n"
             "        positions = torch.arange(n, dtype=torch.float32)\n"
-            "        if rope_type == \"linear\":\n"
-            "            positions = positions / rope[\"factor\"]      # position interpolation\n"
+            '        if rope_type == "linear":\n'
+            '            positions = positions / rope["factor"]      # position interpolation\n'
             "        # a plain attribute, not a buffer: it must stay fp32 when the model is cast\n"
-            "        self.cos_sin_cache = compute_cos_sin_cache(inv_freq, positions, self.attention_scaling)\n")]
-    steps = history("2025-04-20", 1109, [
-        (PRIYA, "rope: position interpolation for linear scaling\n\n"
+            "        self.cos_sin_cache = compute_cos_sin_cache(inv_freq, positions, self.attention_scaling)\n",
+        )
+    ]
+    steps = history(
+        "2025-04-20",
+        1109,
+        [
+            (
+                PRIYA,
+                "rope: position interpolation for linear scaling\n\n"
                 "Linear scaling (Chen et al., 2023) interpolates positions by 1/factor; build the cos/sin\n"
-                "table over the interpolated positions.", bug),
-        (AMARA, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
-        (TOMAS, "scheduler: document _chunk", d_sched_doc()),
-        (WEI, "config: document how per-layer windows are chosen", d_config_doc()),
-        (HANNAH, "tests: rotary kernel parity", d_test_rotary()),
-        (LENA, "docs: list supported RoPE scaling types", d_readme_rope()),
-    ])
+                "table over the interpolated positions.",
+                bug,
+            ),
+            (AMARA, "ops/rotary: comment _rotate_half", d_rotary_kernel_doc()),
+            (TOMAS, "scheduler: document _chunk", d_sched_doc()),
+            (WEI, "config: document how per-layer windows are chosen", d_config_doc()),
+            (HANNAH, "tests: rotary kernel parity", d_test_rotary()),
+            (LENA, "docs: list supported RoPE scaling types", d_readme_rope()),
+        ],
+    )
     return CaseSpec(
-        id="ts-linear-rope-twice", issue_number=1109, category="positional-encoding",
+        id="ts-linear-rope-twice",
+        issue_number=1109,
+        category="positional-encoding",
         modeled_on=["unslothai/unsloth#6197", "huggingface/transformers#25681"],
         title="Linear RoPE scaling (factor 4) model generates degraded text compared to transformers",
         issue="""
@@ -842,32 +1235,51 @@ Maybe the factor is read incorrectly? Float32 on CPU, default engine options.
         repro=repro_toml(
             {"arch": "llama", "seed": 0, "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
-            [{"prompt_ids": prompt(91, 40), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}]),
-        truth_file=ROPE, truth_function="RotaryEmbedding.__init__", component="rotary_embedding",
+            [{"prompt_ids": prompt(91, 40), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
+        ),
+        truth_file=ROPE,
+        truth_function="RotaryEmbedding.__init__",
+        component="rotary_embedding",
         mechanism="linear scaling divides the positions by factor on top of inv_freq already divided by factor, "
-                  "so the factor is applied twice",
-        steps=steps, bug_index=1)
+        "so the factor is applied twice",
+        steps=steps,
+        bug_index=1,
+    )
 
 
 def case_gemma_fused_norm_offset() -> CaseSpec:
-    bug = [(OPS_NORM,
+    bug = [
+        (
+            OPS_NORM,
             "    residual.add_(x)\n    x.copy_(rms_norm(residual, weight, eps, weight_offset))\n    return x, residual\n",
             "    residual.add_(x)\n"
             "    rf = residual.to(_acc(residual.dtype))\n"
             "    inv_rms = torch.rsqrt(rf.square().mean(-1, keepdim=True) + eps)\n"
             "    x.copy_(weight * (rf * inv_rms).to(x.dtype))\n"
-            "    return x, residual\n")]
-    steps = history("2025-10-06", 1110, [
-        (MARCO, "gemma2: document norm placement", d_gemma_doc()),
-        (YUKI, "ops/norm: comment the native RMSNorm", d_norm_doc()),
-        (SOFIA, "perf(norm): inline the normalisation in fused_add_rms_norm\n\n"
-                "Saves a temporary per call on the residual path (the fused op runs twice per layer).", bug),
-        (KENJI, "layernorm: extra_repr", d_layernorm_repr()),
-        (DANIEL, "sequence: readable repr", d_seq_repr()),
-        (OLGA, "tokenizer: vocab_size property", d_tokenizer_vocab()),
-    ])
+            "    return x, residual\n",
+        )
+    ]
+    steps = history(
+        "2025-10-06",
+        1110,
+        [
+            (MARCO, "gemma2: document norm placement", d_gemma_doc()),
+            (YUKI, "ops/norm: comment the native RMSNorm", d_norm_doc()),
+            (
+                SOFIA,
+                "perf(norm): inline the normalisation in fused_add_rms_norm\n\n"
+                "Saves a temporary per call on the residual path (the fused op runs twice per layer).",
+                bug,
+            ),
+            (KENJI, "layernorm: extra_repr", d_layernorm_repr()),
+            (DANIEL, "sequence: readable repr", d_seq_repr()),
+            (OLGA, "tokenizer: vocab_size property", d_tokenizer_vocab()),
+        ],
+    )
     return CaseSpec(
-        id="ts-gemma-fused-norm-offset", issue_number=1110, category="numerics",
+        id="ts-gemma-fused-norm-offset",
+        issue_number=1110,
+        category="numerics",
         modeled_on=["vllm-project/vllm#5908", "ggml-org/llama.cpp#8197", "vllm-project/vllm#40290"],
         title="Gemma 2 answers with the same token over and over; Llama fine",
         issue="""
@@ -883,38 +1295,61 @@ float32, CPU, default options, scenario attached.
             {"arch": "gemma2", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
             [{"prompt_ids": prompt(101, 24), "max_tokens": 8, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="HEAD~4"),
-        truth_file=OPS_NORM, truth_function="fused_add_rms_norm", component="layernorm",
+            good_ref="HEAD~4",
+        ),
+        truth_file=OPS_NORM,
+        truth_function="fused_add_rms_norm",
+        component="layernorm",
         mechanism="fused add+RMSNorm ignores weight_offset, so Gemma's (1 + w) norms scale by w (zero-initialised) "
-                  "on every fused norm",
-        steps=steps, bug_index=3)
+        "on every fused norm",
+        steps=steps,
+        bug_index=3,
+    )
 
 
 def case_config_eps_defaults() -> CaseSpec:
-    bug = [(CONFIG, "SUPPORTED_ARCHS = (\"llama\", \"mistral\", \"qwen2\", \"gemma2\")\n",
-            "SUPPORTED_ARCHS = (\"llama\", \"mistral\", \"qwen2\", \"gemma2\")\n"
+    bug = [
+        (
+            CONFIG,
+            'SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "gemma2")\n',
+            'SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "gemma2")\n'
             "# keys some exported config.json files leave out, per architecture\n"
             "ARCH_DEFAULTS = {\n"
-            "    \"llama\": {\"rms_norm_eps\": 1e-6, \"hidden_act\": \"silu\"},\n"
-            "    \"mistral\": {\"rms_norm_eps\": 1e-6, \"hidden_act\": \"silu\"},\n"
-            "    \"qwen2\": {\"rms_norm_eps\": 1e-6, \"hidden_act\": \"silu\"},\n"
-            "    \"gemma2\": {\"rms_norm_eps\": 1e-6},\n"
-            "}\n"),
-           (CONFIG, "        heads = hf[\"num_attention_heads\"]\n",
-            "        hf = {**hf, **ARCH_DEFAULTS.get(arch, {})}\n        heads = hf[\"num_attention_heads\"]\n")]
-    steps = history("2025-03-03", 1111, [
-        (HANNAH, "config: per-arch defaults for keys older config.json files omit\n\n"
-                 "Some exported configs drop rms_norm_eps / hidden_act; fill them from the\n"
-                 "architecture's defaults instead of one global fallback.", bug),
-        (DANIEL, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
-        (KENJI, "llama: get_input_embeddings()", d_llama_embeddings()),
-        (PRIYA, "ops/norm: comment the native RMSNorm", d_norm_doc()),
-        (SOFIA, "docs: describe prefix-caching statistics", d_readme_prefix_stats()),
-        (TOMAS, "block_manager: Block repr", d_bm_repr()),
-        (AMARA, "tests: fused_add_rms_norm parity", d_test_norm()),
-    ])
+            '    "llama": {"rms_norm_eps": 1e-6, "hidden_act": "silu"},\n'
+            '    "mistral": {"rms_norm_eps": 1e-6, "hidden_act": "silu"},\n'
+            '    "qwen2": {"rms_norm_eps": 1e-6, "hidden_act": "silu"},\n'
+            '    "gemma2": {"rms_norm_eps": 1e-6},\n'
+            "}\n",
+        ),
+        (
+            CONFIG,
+            '        heads = hf["num_attention_heads"]\n',
+            '        hf = {**hf, **ARCH_DEFAULTS.get(arch, {})}\n        heads = hf["num_attention_heads"]\n',
+        ),
+    ]
+    steps = history(
+        "2025-03-03",
+        1111,
+        [
+            (
+                HANNAH,
+                "config: per-arch defaults for keys older config.json files omit\n\n"
+                "Some exported configs drop rms_norm_eps / hidden_act; fill them from the\n"
+                "architecture's defaults instead of one global fallback.",
+                bug,
+            ),
+            (DANIEL, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
+            (KENJI, "llama: get_input_embeddings()", d_llama_embeddings()),
+            (PRIYA, "ops/norm: comment the native RMSNorm", d_norm_doc()),
+            (SOFIA, "docs: describe prefix-caching statistics", d_readme_prefix_stats()),
+            (TOMAS, "block_manager: Block repr", d_bm_repr()),
+            (AMARA, "tests: fused_add_rms_norm parity", d_test_norm()),
+        ],
+    )
     return CaseSpec(
-        id="ts-config-eps-defaults", issue_number=1111, category="numerics",
+        id="ts-config-eps-defaults",
+        issue_number=1111,
+        category="numerics",
         modeled_on=["ggml-org/llama.cpp#21390", "ROCm/aiter#2586"],
         title="Small but systematic logprob mismatch vs transformers on one Llama checkpoint",
         issue="""
@@ -931,59 +1366,90 @@ Tiny repro with random weights attached (same config values), two prompts, greed
         repro=repro_toml(
             {"arch": "llama", "seed": 0, "rms_norm_eps": 1e-5},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
-            [{"prompt_ids": prompt(111, 30), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
-             {"prompt_ids": prompt(112, 18), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}}]),
-        truth_file=CONFIG, truth_function="ModelConfig.from_dict", component="config",
+            [
+                {"prompt_ids": prompt(111, 30), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+                {"prompt_ids": prompt(112, 18), "max_tokens": 10, "sampling": {"temperature": 0.0, "ignore_eos": True}},
+            ],
+        ),
+        truth_file=CONFIG,
+        truth_function="ModelConfig.from_dict",
+        component="config",
         mechanism="per-arch defaults are merged over the checkpoint's config instead of under it, so a "
-                  "non-default rms_norm_eps is replaced by 1e-6",
-        steps=steps, bug_index=1)
+        "non-default rms_norm_eps is replaced by 1e-6",
+        steps=steps,
+        bug_index=1,
+    )
 
 
 def case_rope_invfreq_bf16() -> CaseSpec:
-    lazy = [(ROPE,
-             "def compute_cos_sin_cache(inv_freq: torch.Tensor, positions: torch.Tensor, attention_scaling: float) -> torch.Tensor:\n"
-             "    # positions [P] -> [P, dim] fp32: cos | sin\n"
-             "    freqs = positions.float()[:, None] * inv_freq.float()[None, :]\n"
-             "    return torch.cat((freqs.cos() * attention_scaling, freqs.sin() * attention_scaling), dim=-1)\n",
-             "def compute_cos_sin_cache(inv_freq: torch.Tensor, positions: torch.Tensor, attention_scaling: float) -> torch.Tensor:\n"
-             "    # positions [P] -> [P, dim] fp32: cos | sin (angles in inv_freq's dtype)\n"
-             "    freqs = positions.to(inv_freq.dtype)[:, None] * inv_freq[None, :]\n"
-             "    return torch.cat((freqs.cos() * attention_scaling, freqs.sin() * attention_scaling), dim=-1).float()\n"),
-            (ROPE,
-             "        n = max(max_position, max_model_len)\n"
-             "        # a plain attribute, not a buffer: it must stay fp32 when the model is cast\n"
-             "        self.cos_sin_cache = compute_cos_sin_cache(inv_freq, torch.arange(n), self.attention_scaling)\n"
-             "        self._kernel = kernels.rotary_embedding\n",
-             "        self.table_len = max(max_position, max_model_len)\n"
-             "        # plain attributes, not buffers: they must stay fp32 when the model is cast\n"
-             "        self.inv_freq = inv_freq\n"
-             "        self._cos_sin_cache = None        # built on first use: a long max_model_len makes it large\n"
-             "        self._kernel = kernels.rotary_embedding\n\n"
-             "    @property\n"
-             "    def cos_sin_cache(self) -> torch.Tensor:\n"
-             "        if self._cos_sin_cache is None:\n"
-             "            self._cos_sin_cache = compute_cos_sin_cache(self.inv_freq, torch.arange(self.table_len),\n"
-             "                                                        self.attention_scaling)\n"
-             "        return self._cos_sin_cache\n")]
-    bug = [(ROPE,
+    lazy = [
+        (
+            ROPE,
+            "def compute_cos_sin_cache(inv_freq: torch.Tensor, positions: torch.Tensor, attention_scaling: float) -> torch.Tensor:\n"
+            "    # positions [P] -> [P, dim] fp32: cos | sin\n"
+            "    freqs = positions.float()[:, None] * inv_freq.float()[None, :]\n"
+            "    return torch.cat((freqs.cos() * attention_scaling, freqs.sin() * attention_scaling), dim=-1)\n",
+            "def compute_cos_sin_cache(inv_freq: torch.Tensor, positions: torch.Tensor, attention_scaling: float) -> torch.Tensor:\n"
+            "    # positions [P] -> [P, dim] fp32: cos | sin (angles in inv_freq's dtype)\n"
+            "    freqs = positions.to(inv_freq.dtype)[:, None] * inv_freq[None, :]\n"
+            "    return torch.cat((freqs.cos() * attention_scaling, freqs.sin() * attention_scaling), dim=-1).float()\n",
+        ),
+        (
+            ROPE,
+            "        n = max(max_position, max_model_len)\n"
+            "        # a plain attribute, not a buffer: it must stay fp32 when the model is cast\n"
+            "        self.cos_sin_cache = compute_cos_sin_cache(inv_freq, torch.arange(n), self.attention_scaling)\n"
+            "        self._kernel = kernels.rotary_embedding\n",
+            "        self.table_len = max(max_position, max_model_len)\n"
+            "        # plain attributes, not buffers: they must stay fp32 when the model is cast\n"
+            "        self.inv_freq = inv_freq\n"
+            "        self._cos_sin_cache = None        # built on first use: a long max_model_len makes it large\n"
+            "        self._kernel = kernels.rotary_embedding\n\n"
+            "    @property\n"
+            "    def cos_sin_cache(self) -> torch.Tensor:\n"
+            "        if self._cos_sin_cache is None:\n"
+            "            self._cos_sin_cache = compute_cos_sin_cache(self.inv_freq, torch.arange(self.table_len),\n"
+            "                                                        self.attention_scaling)\n"
+            "        return self._cos_sin_cache\n",
+        ),
+    ]
+    bug = [
+        (
+            ROPE,
             "        # plain attributes, not buffers: they must stay fp32 when the model is cast\n"
             "        self.inv_freq = inv_freq\n",
             "        # inv_freq is a non-persistent buffer so it follows the module's .to(device)\n"
-            "        self.register_buffer(\"inv_freq\", inv_freq, persistent=False)\n")]
-    steps = history("2025-11-03", 1112, [
-        (LENA, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
-        (WEI, "rotary: build the cos/sin table on first use\n\n"
-              "With max_model_len in the 100k range the table is built for every layer at start-up;\n"
-              "build it lazily in the first forward instead.", lazy),
-        (MARCO, "engine: add abort_request()", d_engine_abort()),
-        (OLGA, "rotary: register inv_freq as a buffer\n\n"
-               "Lets inv_freq follow the module when it is moved with .to(device), like the other\n"
-               "tensors of the model (needed for the upcoming accelerator backend).", bug),
-        (YUKI, "rope: document the YaRN attention temperature", d_rope_mscale_doc()),
-        (PRIYA, "tests: rotary kernel parity", d_test_rotary()),
-    ])
+            '        self.register_buffer("inv_freq", inv_freq, persistent=False)\n',
+        )
+    ]
+    steps = history(
+        "2025-11-03",
+        1112,
+        [
+            (LENA, "model_loader: hint at HF-format dirs in the missing-weights error", d_loader_msg()),
+            (
+                WEI,
+                "rotary: build the cos/sin table on first use\n\n"
+                "With max_model_len in the 100k range the table is built for every layer at start-up;\n"
+                "build it lazily in the first forward instead.",
+                lazy,
+            ),
+            (MARCO, "engine: add abort_request()", d_engine_abort()),
+            (
+                OLGA,
+                "rotary: register inv_freq as a buffer\n\n"
+                "Lets inv_freq follow the module when it is moved with .to(device), like the other\n"
+                "tensors of the model (needed for the upcoming accelerator backend).",
+                bug,
+            ),
+            (YUKI, "rope: document the YaRN attention temperature", d_rope_mscale_doc()),
+            (PRIYA, "tests: rotary kernel parity", d_test_rotary()),
+        ],
+    )
     return CaseSpec(
-        id="ts-rope-invfreq-bf16", issue_number=1112, category="numerics",
+        id="ts-rope-invfreq-bf16",
+        issue_number=1112,
+        category="numerics",
         modeled_on=["huggingface/transformers#29285", "huggingface/transformers#25681", "EleutherAI/gpt-neox#1003"],
         title="bfloat16 generations degrade with prompt length; float32 is fine",
         issue="""
@@ -1002,18 +1468,33 @@ with our rope_theta (1000) and a larger init so that the effect shows on a short
             {"arch": "llama", "seed": 0, "initializer_range": 0.2, "rope_theta": 1000.0},
             {"engine": "tinyserve", "dtype": "bfloat16", "options": {}},
             [{"prompt_ids": prompt(121, 90), "max_tokens": 12, "sampling": {"temperature": 0.0, "ignore_eos": True}}],
-            good_ref="HEAD~3"),
-        truth_file=ROPE, truth_function="RotaryEmbedding.__init__", component="rotary_embedding",
+            good_ref="HEAD~3",
+        ),
+        truth_file=ROPE,
+        truth_function="RotaryEmbedding.__init__",
+        component="rotary_embedding",
         mechanism="inv_freq registered as a buffer is cast to bf16 with the model, so the lazily built rotary "
-                  "table is computed from bf16 frequencies (bf16 angles); float32 runs are unaffected",
-        steps=steps, bug_index=4)
+        "table is computed from bf16 frequencies (bf16 angles); float32 runs are unaffected",
+        steps=steps,
+        bug_index=4,
+    )
 
 
 def all_cases() -> list[CaseSpec]:
-    return [case_prefix_hash_chain(), case_chunked_slot_mapping(), case_shared_block_refcount(),
-            case_swa_window_edge(), case_chunk_causal_offset(), case_gqa_decode_layout(),
-            case_llama3_rope_context(), case_rope_packed_positions(), case_linear_rope_twice(),
-            case_gemma_fused_norm_offset(), case_config_eps_defaults(), case_rope_invfreq_bf16()]
+    return [
+        case_prefix_hash_chain(),
+        case_chunked_slot_mapping(),
+        case_shared_block_refcount(),
+        case_swa_window_edge(),
+        case_chunk_causal_offset(),
+        case_gqa_decode_layout(),
+        case_llama3_rope_context(),
+        case_rope_packed_positions(),
+        case_linear_rope_twice(),
+        case_gemma_fused_norm_offset(),
+        case_config_eps_defaults(),
+        case_rope_invfreq_bf16(),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,12 +4,13 @@
 stages have their own tests under tests/tools); it counts engine runs on a real Prober
 and records the calls it gets, so the graph's path and budget handling can be checked.
 """
+
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from tools.evidence import Culprit, DrillDown, Hypothesis, Reproduction, Trial
+from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction, Trial
 from tools.scenario import loads
 
 REPRO = """
@@ -51,8 +52,13 @@ ENGINE_V2 = ENGINE_V1.replace("x.softmax(-1)", "x.softmax(0)")
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def make_repo(root: Path) -> Path:
@@ -69,18 +75,32 @@ def make_repo(root: Path) -> Path:
 
 
 def candidates() -> list[Hypothesis]:
-    return [Hypothesis("eng/attn.py", "rotate", None, "positional-encoding", 0.5, "rotary", ["tap q_rot ok"],
-                       score=0.5),
-            Hypothesis("eng/attn.py", "softmax", "abc", "attention", 0.8, "softmax axis",
-                       ["changed by the first bad commit", "attn.out diverges"], score=0.8),
-            Hypothesis("eng/attn.py", "Attention.forward", None, "attention", 0.3, "caller", [], score=0.3)]
+    return [
+        Hypothesis("eng/attn.py", "rotate", None, "positional-encoding", 0.5, "rotary", ["tap q_rot ok"], score=0.5),
+        Hypothesis(
+            "eng/attn.py",
+            "softmax",
+            "abc",
+            "attention",
+            0.8,
+            "softmax axis",
+            ["changed by the first bad commit", "attn.out diverges"],
+            score=0.8,
+        ),
+        Hypothesis("eng/attn.py", "Attention.forward", None, "attention", 0.3, "caller", [], score=0.3),
+    ]
 
 
 class ScriptedStages:
     """Canned stage outputs; `reproduced`/`culprit` choose the branch the graph takes."""
 
-    def __init__(self, reproduced: bool = True, culprit: bool = True, runs_per_stage: int = 3,
-                 verified: tuple[str, ...] = ("softmax",)):
+    def __init__(
+        self,
+        reproduced: bool = True,
+        culprit: bool = True,
+        runs_per_stage: int = 3,
+        verified: tuple[str, ...] = ("softmax",),
+    ):
         self.reproduced, self.with_culprit, self.runs = reproduced, culprit, runs_per_stage
         self.verified = verified
         self.calls: list[str] = []
@@ -96,15 +116,23 @@ class ScriptedStages:
     def reproduce(self, scenario, prober, target_source, *, budget_runs, order, issue_text=None):
         self._spend(prober, "reproduce")
         self.orders.append(order)
-        trials = [Trial("as given", False, "agree", 3)] + ([Trial("a batch of 4 requests", True, "diverges", 3)]
-                                                           if self.reproduced else [])
-        return Reproduction(self.reproduced, scenario, None, trials, "a batch of 4 requests" if self.reproduced
-                            else None, "logic" if self.reproduced else None)
+        trials = [Trial("as given", False, "agree", 3)] + (
+            [Trial("a batch of 4 requests", True, "diverges", 3)] if self.reproduced else []
+        )
+        return Reproduction(
+            self.reproduced,
+            scenario,
+            None,
+            trials,
+            "a batch of 4 requests" if self.reproduced else None,
+            "logic" if self.reproduced else None,
+        )
 
     def drill_down(self, repro, prober, target_source):
         self._spend(prober, "drill_down")
-        return DrillDown("layers.0.attn.out", 0, "attention", "attention", {"requests": [1]},
-                         ["only request 1 diverges"])
+        return DrillDown(
+            "layers.0.attn.out", 0, "attention", "attention", {"requests": [1]}, ["only request 1 diverges"]
+        )
 
     def find_culprit(self, repo, good_ref, repro, prober):
         self._spend(prober, "find_culprit")
@@ -120,6 +148,7 @@ class ScriptedStages:
     def verify(self, repo, cands, repro, prober, culprit, top):
         self._spend(prober, "verify")
         from dataclasses import replace
+
         return [replace(h, verified=h.function in self.verified) for h in cands]
 
 

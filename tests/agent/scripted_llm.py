@@ -9,25 +9,26 @@ used up) or a function `request dict -> reply`. Replies: `answer(obj_or_text)`,
 `status(429, retry_after=0)`, `refuse_tools()` (400 when the request offers tools, else
 the wrapped reply). Every request body is recorded in `requests`.
 """
+
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 
 @dataclass
 class Reply:
     content: str | None = None
-    tool_calls: list[tuple[str, str]] = field(default_factory=list)     # (name, arguments text)
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments text)
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
-    raw: bytes | None = None                                           # a body that is not OpenAI JSON
-    unless_tools: "Reply | None" = None                                # refuse_tools: used when no tools offered
+    raw: bytes | None = None  # a body that is not OpenAI JSON
+    unless_tools: Reply | None = None  # refuse_tools: used when no tools offered
     usage: tuple[int, int] = (11, 7)
 
 
@@ -55,22 +56,34 @@ def status(code: int, retry_after: float | None = 0, message: str = "rate limite
 
 
 def refuse_tools(otherwise: Reply) -> Reply:
-    return Reply(status=400, raw=json.dumps({"error": {"message": "tools are not supported by this model",
-                                                       "type": "invalid_request_error"}}).encode(),
-                 unless_tools=otherwise)
+    return Reply(
+        status=400,
+        raw=json.dumps(
+            {"error": {"message": "tools are not supported by this model", "type": "invalid_request_error"}}
+        ).encode(),
+        unless_tools=otherwise,
+    )
 
 
 def completion(req: dict, reply: Reply, n: int) -> dict:
     message: dict = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
-        message["tool_calls"] = [{"id": f"call_{n}_{i}", "type": "function",
-                                  "function": {"name": name, "arguments": args}}
-                                 for i, (name, args) in enumerate(reply.tool_calls)]
-    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": req.get("model", "scripted"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-            "usage": {"prompt_tokens": reply.usage[0], "completion_tokens": reply.usage[1],
-                      "total_tokens": sum(reply.usage)}}
+        message["tool_calls"] = [
+            {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(reply.tool_calls)
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": req.get("model", "scripted"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+        "usage": {
+            "prompt_tokens": reply.usage[0],
+            "completion_tokens": reply.usage[1],
+            "total_tokens": sum(reply.usage),
+        },
+    }
 
 
 class ScriptedLLM:
@@ -120,7 +133,7 @@ class ScriptedLLM:
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass                        # the client gave up (timeout test)
+                    pass  # the client gave up (timeout test)
 
             def log_message(self, *args):
                 pass
@@ -131,7 +144,7 @@ class ScriptedLLM:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> "ScriptedLLM":
+    def __enter__(self) -> ScriptedLLM:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -141,8 +154,11 @@ class ScriptedLLM:
 def task_of(req: dict) -> str:
     """Which prompt a request carries: read_issue | order_triggers | rank | other."""
     user = next((m.get("content") or "" for m in req.get("messages", []) if m.get("role") == "user"), "")
-    for key, marker in (("read_issue", "fill in what a reproduction"), ("order_triggers", "order in which to try"),
-                        ("rank", "rank candidate root causes")):
+    for key, marker in (
+        ("read_issue", "fill in what a reproduction"),
+        ("order_triggers", "order in which to try"),
+        ("rank", "rank candidate root causes"),
+    ):
         if marker in user:
             return key
     return "other"

@@ -1,13 +1,21 @@
 """OpenAIChat against a scripted model over real HTTP: tool loop, JSON fallback, accounting, failures."""
+
 import json
 
 import pytest
 
-from agent.llm import (LLMBudgetSpent, LLMMalformed, LLMRateLimited, LLMTimeout, OpenAIChat, SourceTools,
-                       parse_json_object, retry_after)
+from agent.llm import (
+    LLMBudgetSpent,
+    LLMMalformed,
+    LLMRateLimited,
+    LLMTimeout,
+    OpenAIChat,
+    SourceTools,
+    parse_json_object,
+    retry_after,
+)
 from tests.agent.helpers import make_repo
-from tests.agent.scripted_llm import (ScriptedLLM, answer, garbage, refuse_tools, slow, status,
-                                      tool_call)
+from tests.agent.scripted_llm import ScriptedLLM, answer, garbage, refuse_tools, slow, status, tool_call
 
 
 @pytest.fixture(autouse=True)
@@ -21,8 +29,14 @@ def repo(tmp_path):
 
 
 def chat(server, **kw) -> OpenAIChat:
-    kw = {"model": "scripted", "base_url": server.url, "api_key": "sk-test", "timeout_s": 5.0,
-          "retry_wait_s": 0.01, **kw}
+    kw = {
+        "model": "scripted",
+        "base_url": server.url,
+        "api_key": "sk-test",
+        "timeout_s": 5.0,
+        "retry_wait_s": 0.01,
+        **kw,
+    }
     return OpenAIChat(**kw)
 
 
@@ -37,15 +51,24 @@ def test_plain_answer_and_usage_accounting():
 
 
 def test_tool_loop_runs_read_only_tools_then_answers(repo):
-    script = [tool_call("search_symbols", query="softmax"), tool_call("read_function", name="softmax"),
-              tool_call("commit_diff", commit="HEAD"), answer({"order": [1, 0]})]
+    script = [
+        tool_call("search_symbols", query="softmax"),
+        tool_call("read_function", name="softmax"),
+        tool_call("commit_diff", commit="HEAD"),
+        answer({"order": [1, 0]}),
+    ]
     tools = SourceTools(repo)
     with ScriptedLLM(script) as server:
         llm = chat(server)
         assert llm.ask("sys", "rank", tools) == {"order": [1, 0]}
     assert [name for name, _ in tools.log] == ["search_symbols", "read_function", "commit_diff"]
-    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == \
-        {"search_symbols", "read_function", "callers", "callees", "commit_diff"}
+    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {
+        "search_symbols",
+        "read_function",
+        "callers",
+        "callees",
+        "commit_diff",
+    }
     tool_msgs = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "eng/attn.py" in tool_msgs[0]["content"]
     assert "def softmax" in tool_msgs[1]["content"]
@@ -56,6 +79,7 @@ def test_tool_loop_runs_read_only_tools_then_answers(repo):
 def test_json_mode_fallback_when_endpoint_refuses_tools(repo):
     """An endpoint without tool calling answers 400 to `tools`: the client drops to JSON mode
     and the model calls tools through the JSON protocol instead."""
+
     def script(req):
         if "tools" in req:
             return refuse_tools(answer({}))
@@ -70,7 +94,7 @@ def test_json_mode_fallback_when_endpoint_refuses_tools(repo):
     assert [r.get("response_format") for r in server.requests[1:]] == [{"type": "json_object"}] * 2
     assert tools.log == [("callers", {"name": "softmax"})]
     assert "Attention.forward" in server.requests[-1]["messages"][-1]["content"]
-    assert '"tool"' in server.requests[1]["messages"][0]["content"]       # protocol explained
+    assert '"tool"' in server.requests[1]["messages"][0]["content"]  # protocol explained
 
 
 def test_timeout_raises_llm_timeout():
@@ -96,8 +120,15 @@ def test_429_past_the_retries_raises_rate_limited():
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("reply", [garbage(), tool_call("search_symbols", "{not json"),
-                                   tool_call("shell", cmd="rm -rf /"), tool_call("read_function", nme="x")])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        garbage(),
+        tool_call("search_symbols", "{not json"),
+        tool_call("shell", cmd="rm -rf /"),
+        tool_call("read_function", nme="x"),
+    ],
+)
 def test_garbage_and_malformed_tool_calls_raise_malformed(repo, reply):
     tools = SourceTools(repo)
     with ScriptedLLM([reply]) as server:
@@ -113,7 +144,7 @@ def test_call_and_token_budgets():
         with pytest.raises(LLMBudgetSpent):
             llm.ask("s", "u")
         small = chat(server, max_tokens=10)
-        small.ask("s", "u")                       # 18 tokens: over budget afterwards
+        small.ask("s", "u")  # 18 tokens: over budget afterwards
         with pytest.raises(LLMBudgetSpent):
             small.ask("s", "u")
 
@@ -121,7 +152,7 @@ def test_call_and_token_budgets():
 def test_tool_rounds_are_bounded(repo):
     with ScriptedLLM([tool_call("callers", name="softmax")]) as server:
         llm = chat(server, max_tool_rounds=2)
-        with pytest.raises(LLMMalformed):       # the last round offers no tools, the model calls one anyway
+        with pytest.raises(LLMMalformed):  # the last round offers no tools, the model calls one anyway
             llm.ask("s", "u", SourceTools(repo))
     assert "tools" not in server.requests[-1]
 

@@ -1,15 +1,22 @@
 """Policy invariants: measurement outranks opinion; LLM failures fall back per step and are recorded."""
+
 from dataclasses import replace
 
 import pytest
 
 from agent.llm import OpenAIChat
-from agent.policies import (DeterministicPolicy, LLMPolicy, constrain_ranking, measurement_first, valid_order,
-                            variant_name)
+from agent.policies import (
+    DeterministicPolicy,
+    LLMPolicy,
+    constrain_ranking,
+    measurement_first,
+    valid_order,
+    variant_name,
+)
 from tests.agent.helpers import REPRO, candidates, make_repo, scenario
 from tests.agent.scripted_llm import ScriptedLLM, answer, garbage, slow, status, task_of
 from tools.scenario import ScenarioError
-from tools.source import open_index
+from tools.source.index import open_index
 
 NAMES = [("batch", "a batch of 4"), ("prefix_caching", "prefix caching on"), ("sampling", "temperature 0.8")]
 
@@ -25,14 +32,20 @@ def index(tmp_path):
 
 
 def policy(server, **kw) -> LLMPolicy:
-    llm = OpenAIChat(model="scripted", base_url=server.url, api_key="k", timeout_s=kw.pop("timeout_s", 5.0),
-                     retry_wait_s=0.01, retries=kw.pop("retries", 1))
+    llm = OpenAIChat(
+        model="scripted",
+        base_url=server.url,
+        api_key="k",
+        timeout_s=kw.pop("timeout_s", 5.0),
+        retry_wait_s=0.01,
+        retries=kw.pop("retries", 1),
+    )
     return LLMPolicy(llm, issue_text=kw.pop("issue", "greedy output changes with batch size"))
 
 
 def test_verified_is_never_outranked_whatever_the_llm_says(index):
     cands = candidates()
-    cands[0] = replace(cands[0], verified=True)                  # rotate: verified, lowest score
+    cands[0] = replace(cands[0], verified=True)  # rotate: verified, lowest score
     for order in ([1, 0], [1], [2, 1, 0], [0, 2, 1]):
         ranked = constrain_ranking(cands, {"order": order}, index)
         assert ranked[0].function == "rotate"
@@ -43,12 +56,21 @@ def test_verified_is_never_outranked_whatever_the_llm_says(index):
 
 
 def test_llm_cannot_promote_unevidenced_or_invented_candidates(index):
-    cands = candidates()                                          # [2] Attention.forward has no evidence
-    ranked = constrain_ranking(cands, {"order": [2, 0, 1], "new_candidate": {
-        "file": "eng/attn.py", "function": "Attention", "explanation": "class, not a function"}}, index)
+    cands = candidates()  # [2] Attention.forward has no evidence
+    ranked = constrain_ranking(
+        cands,
+        {
+            "order": [2, 0, 1],
+            "new_candidate": {"file": "eng/attn.py", "function": "Attention", "explanation": "class, not a function"},
+        },
+        index,
+    )
     assert [h.function for h in ranked] == ["rotate", "softmax", "Attention.forward"]
-    invented = constrain_ranking(cands, {"order": [1], "new_candidate": {
-        "file": "eng/nothere.py", "function": "made_up", "explanation": "trust me"}}, index)
+    invented = constrain_ranking(
+        cands,
+        {"order": [1], "new_candidate": {"file": "eng/nothere.py", "function": "made_up", "explanation": "trust me"}},
+        index,
+    )
     assert "made_up" not in [h.function for h in invented]
 
 
@@ -56,8 +78,14 @@ def test_new_candidate_must_exist_and_ranks_below_every_evidenced_one(tmp_path):
     repo = make_repo(tmp_path)
     (repo / "eng" / "norm.py").write_text("def rms_norm(x):\n    return x\n")
     index = open_index(repo, include_tests=False)
-    ranked = constrain_ranking(candidates(), {"order": [1, 0], "new_candidate": {
-        "function": "rms_norm", "category": "numerics", "explanation": "eps missing"}}, index)
+    ranked = constrain_ranking(
+        candidates(),
+        {
+            "order": [1, 0],
+            "new_candidate": {"function": "rms_norm", "category": "numerics", "explanation": "eps missing"},
+        },
+        index,
+    )
     assert [h.function for h in ranked] == ["softmax", "rotate", "rms_norm", "Attention.forward"]
     new = ranked[2]
     assert new.file == "eng/norm.py" and not new.verified and "not measured" in new.evidence[0]
@@ -66,8 +94,11 @@ def test_new_candidate_must_exist_and_ranks_below_every_evidenced_one(tmp_path):
 
 def test_llm_explanations_are_kept_measured_evidence_untouched(index):
     cands = candidates()
-    ranked = constrain_ranking(cands, {"order": [1, 0], "explanations": {"1": "softmax over the batch axis"},
-                                       "fixes": {"1": "use dim=-1"}}, index)
+    ranked = constrain_ranking(
+        cands,
+        {"order": [1, 0], "explanations": {"1": "softmax over the batch axis"}, "fixes": {"1": "use dim=-1"}},
+        index,
+    )
     assert ranked[0].explanation == "softmax over the batch axis" and ranked[0].suggested_fix == "use dim=-1"
     assert ranked[0].evidence == cands[1].evidence
 
@@ -94,16 +125,21 @@ def test_deterministic_policy():
 def test_small_pure_helpers():
     assert variant_name(("batch", "a batch")) == ("batch", "a batch")
     assert variant_name("batch: a batch") == ("batch", "a batch")
-    assert valid_order({"order": ["nope", "sampling", "batch", "sampling"]}, ["batch", "sampling"]) == \
-        ["sampling", "batch"]
-    assert [h.verified for h in measurement_first([replace(h, verified=i == 2) for i, h in
-                                                   enumerate(candidates())])] == [True, False, False]
+    assert valid_order({"order": ["nope", "sampling", "batch", "sampling"]}, ["batch", "sampling"]) == [
+        "sampling",
+        "batch",
+    ]
+    assert [
+        h.verified for h in measurement_first([replace(h, verified=i == 2) for i, h in enumerate(candidates())])
+    ] == [True, False, False]
 
 
 def test_llm_policy_orders_triggers_and_ranks():
     def script(req):
-        return {"order_triggers": answer({"order": ["prefix_caching", "zzz"], "reason": "cache"}),
-                "rank": answer({"order": [1, 0, 2], "explanations": {"1": "axis"}})}[task_of(req)]
+        return {
+            "order_triggers": answer({"order": ["prefix_caching", "zzz"], "reason": "cache"}),
+            "rank": answer({"order": [1, 0, 2], "explanations": {"1": "axis"}}),
+        }[task_of(req)]
 
     with ScriptedLLM(script) as server:
         p = policy(server)
@@ -121,26 +157,43 @@ def test_repro_is_authoritative_the_llm_is_not_asked():
 
 
 def test_llm_fills_gaps_of_the_rules_reading():
-    issue = 'Using transformers with model meta-llama/Llama-3-8B, the greeting Hello there gives garbage.'
-    with ScriptedLLM([answer({"target": {"dtype": "bfloat16"}, "model": {"arch": "qwen2"},
-                              "workload": {"requests": [{"prompt": "Hello there", "max_tokens": 8}]}})]) as server:
+    issue = "Using transformers with model meta-llama/Llama-3-8B, the greeting Hello there gives garbage."
+    with ScriptedLLM(
+        [
+            answer(
+                {
+                    "target": {"dtype": "bfloat16"},
+                    "model": {"arch": "qwen2"},
+                    "workload": {"requests": [{"prompt": "Hello there", "max_tokens": 8}]},
+                }
+            )
+        ]
+    ) as server:
         sc = policy(server).read_issue(issue, None)
     assert sc.target.dtype == "bfloat16"
-    assert sc.model["arch"] == "llama"                  # the rules' value stays
+    assert sc.model["arch"] == "llama"  # the rules' value stays
     assert sc.requests[0].prompt == "Hello there"
-    assert '"Using transformers' in server.requests[0]["messages"][1]["content"]   # quoted as a JSON string
+    assert '"Using transformers' in server.requests[0]["messages"][1]["content"]  # quoted as a JSON string
 
 
-@pytest.mark.parametrize("reply,reason", [(slow(2.0), "timeout"), (garbage(), "malformed"),
-                                          (status(429, retry_after=0), "rate_limit"),
-                                          (answer({"order": ["not-a-variant"]}), "invalid_answer")])
+@pytest.mark.parametrize(
+    "reply,reason",
+    [
+        (slow(2.0), "timeout"),
+        (garbage(), "malformed"),
+        (status(429, retry_after=0), "rate_limit"),
+        (answer({"order": ["not-a-variant"]}), "invalid_answer"),
+    ],
+)
 def test_failures_retry_once_then_fall_back_and_are_recorded(reply, reason):
     with ScriptedLLM([reply]) as server:
         p = policy(server, timeout_s=0.3, retries=0)
-        assert p.order_triggers(scenario(), {}, NAMES) == []                   # the deterministic answer
+        assert p.order_triggers(scenario(), {}, NAMES) == []  # the deterministic answer
         assert [h.function for h in p.rank(candidates(), {})] == ["rotate", "softmax", "Attention.forward"]
-    assert [(f["step"], f["reason"], f["attempts"]) for f in p.fallbacks] == \
-        [("order_triggers", reason, 2), ("rank", reason, 2)]
+    assert [(f["step"], f["reason"], f["attempts"]) for f in p.fallbacks] == [
+        ("order_triggers", reason, 2),
+        ("rank", reason, 2),
+    ]
     assert len(server.requests) == 4
 
 

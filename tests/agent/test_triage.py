@@ -1,27 +1,53 @@
 """The triage pipeline end to end against a local GitHub-shaped server (real HTTP)."""
+
 import pytest
 
 from agent.triage import AgentDiagnoser, main
 from tests.tools.fake_github import FakeGitHub
 
-SILENT = {"number": 11, "updated_at": "2024-05-01T10:00:00Z",
-          "title": "[Bug]: greedy output changes with prefix caching enabled",
-          "body": "With `enable_prefix_caching=True` the second request returns a wrong answer, no error.\n\n"
-                  "```python\nllm = LLM(model=\"Qwen/Qwen2-0.5B-Instruct\", enable_prefix_caching=True, block_size=16)\n"
-                  "out = llm.generate(prompt=\"The capital of France is\", max_tokens=16, temperature=0)\n```\n"
-                  "vllm 0.5.4, worked in v0.5.3."}
-CRASH = {"number": 12, "updated_at": "2024-05-01T10:00:00Z", "title": "Engine dies with CUDA error",
-         "body": "```\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
-                 "RuntimeError: CUDA error: an illegal memory access was encountered\n```"}
-FEATURE = {"number": 13, "updated_at": "2024-05-01T10:00:00Z", "title": "[Feature]: support for Jamba",
-           "body": "It would be nice to support the Jamba architecture."}
-REPORT = {"issue": "11", "reproduced": True,
-          "first_divergence": {"tap": "layers.0.attn.out", "step": 1, "requests": [1], "positions": [16, 17], "ratio": 412.0},
-          "kernel": "paged_attention", "commit": {"sha": "0123456789abcdef", "subject": "Reuse cached blocks"},
-          "hypotheses": [{"rank": 1, "file": "tinyserve/kv_cache.py", "function": "BlockManager.allocate",
-                          "commit": "0123456789abcdef", "category": "kv-cache", "confidence": 0.9, "verified": True,
-                          "explanation": "cached block table offset by one block", "evidence": ["ratio 412 from position 16 on"]}],
-          "cost": {"engine_runs": 3, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0, "wall_s": 1.0}}
+SILENT = {
+    "number": 11,
+    "updated_at": "2024-05-01T10:00:00Z",
+    "title": "[Bug]: greedy output changes with prefix caching enabled",
+    "body": "With `enable_prefix_caching=True` the second request returns a wrong answer, no error.\n\n"
+    '```python\nllm = LLM(model="Qwen/Qwen2-0.5B-Instruct", enable_prefix_caching=True, block_size=16)\n'
+    'out = llm.generate(prompt="The capital of France is", max_tokens=16, temperature=0)\n```\n'
+    "vllm 0.5.4, worked in v0.5.3.",
+}
+CRASH = {
+    "number": 12,
+    "updated_at": "2024-05-01T10:00:00Z",
+    "title": "Engine dies with CUDA error",
+    "body": '```\nTraceback (most recent call last):\n  File "x.py", line 3, in <module>\n'
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n```",
+}
+FEATURE = {
+    "number": 13,
+    "updated_at": "2024-05-01T10:00:00Z",
+    "title": "[Feature]: support for Jamba",
+    "body": "It would be nice to support the Jamba architecture.",
+}
+REPORT = {
+    "issue": "11",
+    "reproduced": True,
+    "first_divergence": {"tap": "layers.0.attn.out", "step": 1, "requests": [1], "positions": [16, 17], "ratio": 412.0},
+    "kernel": "paged_attention",
+    "commit": {"sha": "0123456789abcdef", "subject": "Reuse cached blocks"},
+    "hypotheses": [
+        {
+            "rank": 1,
+            "file": "tinyserve/kv_cache.py",
+            "function": "BlockManager.allocate",
+            "commit": "0123456789abcdef",
+            "category": "kv-cache",
+            "confidence": 0.9,
+            "verified": True,
+            "explanation": "cached block table offset by one block",
+            "evidence": ["ratio 412 from position 16 on"],
+        }
+    ],
+    "cost": {"engine_runs": 3, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0, "wall_s": 1.0},
+}
 
 
 class FixedDiagnoser:
@@ -58,7 +84,7 @@ def test_post_and_label_once_per_revision(fake, tmp_path):
 
     posts = len(fake.posted())
     assert run(fake, tmp_path, "--post", "--label", diagnoser=diagnoser) == 0
-    assert len(fake.posted()) == posts and len(diagnoser.calls) == 1     # nothing new, no re-diagnosis
+    assert len(fake.posted()) == posts and len(diagnoser.calls) == 1  # nothing new, no re-diagnosis
 
 
 def test_edited_issue_gets_a_new_comment(fake, tmp_path):
@@ -84,7 +110,7 @@ def test_dry_run_posts_nothing_and_prints_the_comment(fake, tmp_path, capsys):
 
 
 def test_rate_limited_post_is_retried(fake, tmp_path):
-    fake.rate_limit_next = 1           # the first request (list issues) gets 429 Retry-After: 0
+    fake.rate_limit_next = 1  # the first request (list issues) gets 429 Retry-After: 0
     assert run(fake, tmp_path, "--post", "--label") == 0
     assert len(fake.comments[11]) == 1
 
@@ -107,8 +133,12 @@ def test_unusable_scenario_lists_what_is_missing(tmp_path):
 
 
 def test_huge_body_is_truncated_and_said_so(tmp_path):
-    huge = {"number": 7, "updated_at": "x", "title": "gibberish output, no error",
-            "body": "the output is garbage. " + "x" * 50_000}
+    huge = {
+        "number": 7,
+        "updated_at": "x",
+        "title": "gibberish output, no error",
+        "body": "the output is garbage. " + "x" * 50_000,
+    }
     with FakeGitHub([huge]) as fake:
         run(fake, tmp_path, "--post")
         assert "read only the first 20000" in fake.comments[7][0]["body"]

@@ -1,29 +1,33 @@
 """`python -m agent.triage classify` (the docs/design.md §8 contract) and the rules behind it."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmark.triage_eval import SYNTHETIC, evaluate, load_issues, predict
-from tools.triage_rules import classify
+from tools.triage.rules import classify
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_classify_cli_output_is_aligned_json(tmp_path):
-    lines = [json.dumps({"title": "Gibberish after 4k tokens", "body": "No error in the logs.", "id": 1}),
-             "this is not json",
-             "",
-             json.dumps({"title": "[Feature]: support for Jamba", "body": "would be nice"}),
-             json.dumps(["a list"]),
-             json.dumps({"title": "pip install fails", "body": "ERROR: Failed building wheel for vllm"})]
+    lines = [
+        json.dumps({"title": "Gibberish after 4k tokens", "body": "No error in the logs.", "id": 1}),
+        "this is not json",
+        "",
+        json.dumps({"title": "[Feature]: support for Jamba", "body": "would be nice"}),
+        json.dumps(["a list"]),
+        json.dumps({"title": "pip install fails", "body": "ERROR: Failed building wheel for vllm"}),
+    ]
     f = tmp_path / "issues.jsonl"
     f.write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "agent.triage", "classify", str(f)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.triage", "classify", str(f)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(out) == 5                                    # the blank line is not an issue
+    assert len(out) == 5  # the blank line is not an issue
     assert [o["label"] for o in out] == ["silent", "other", "feature", "other", "install"]
     assert all(0.0 <= o["confidence"] <= 1.0 for o in out)
     assert out[1]["confidence"] == 0.0 and "line 2" not in out[1].get("label", "")
@@ -31,14 +35,16 @@ def test_classify_cli_output_is_aligned_json(tmp_path):
 
 
 def test_traceback_in_a_code_block_is_a_crash_even_if_it_says_wrong():
-    body = "The token ids are wrong?\n```\nTraceback (most recent call last):\n  File \"g.py\", line 1\nIndexError: index out of range in self\n```"
+    body = 'The token ids are wrong?\n```\nTraceback (most recent call last):\n  File "g.py", line 1\nIndexError: index out of range in self\n```'
     assert classify("generate() fails after adding tokens", body).label == "crash"
 
 
 def test_incidental_exception_does_not_make_a_silent_error_a_crash():
-    body = ("The second request returns a wrong answer; there is no error for that.\n"
-            "Side note: Ctrl-C prints an asyncio CancelledError traceback, unrelated.\n"
-            "```\nTraceback (most recent call last):\nasyncio.exceptions.CancelledError\n```")
+    body = (
+        "The second request returns a wrong answer; there is no error for that.\n"
+        "Side note: Ctrl-C prints an asyncio CancelledError traceback, unrelated.\n"
+        "```\nTraceback (most recent call last):\nasyncio.exceptions.CancelledError\n```"
+    )
     assert classify("Prefix caching gives wrong answers", body).label == "silent"
 
 

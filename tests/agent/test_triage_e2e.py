@@ -1,6 +1,7 @@
 """Triage end to end with the real diagnosis: a silent-error issue that attaches a reproducible
 scenario for a bundled case's engine tree gets exactly one diagnosis comment; a crash and a
 feature request are labelled; a second run posts nothing new."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,13 +25,25 @@ def case_repo(tmp_path_factory):
 
 def issues_for(case) -> list[dict]:
     repro = (case.dir / "repro.toml").read_text()
-    silent = {"number": 21, "updated_at": "2026-11-01T10:00:00Z", "title": f"[Bug]: {case.title}",
-              "body": f"{case.issue}\n\nRepro (diffdx scenario):\n\n```toml\n{repro}```\n"}
-    crash = {"number": 22, "updated_at": "2026-11-01T10:00:00Z", "title": "Server dies on startup",
-             "body": "```\nTraceback (most recent call last):\n  File \"serve.py\", line 9, in <module>\n"
-                     "RuntimeError: CUDA error: out of memory\n```"}
-    feature = {"number": 23, "updated_at": "2026-11-01T10:00:00Z", "title": "[Feature]: support Phi-4",
-               "body": "It would be nice to support the Phi-4 architecture."}
+    silent = {
+        "number": 21,
+        "updated_at": "2026-11-01T10:00:00Z",
+        "title": f"[Bug]: {case.title}",
+        "body": f"{case.issue}\n\nRepro (diffdx scenario):\n\n```toml\n{repro}```\n",
+    }
+    crash = {
+        "number": 22,
+        "updated_at": "2026-11-01T10:00:00Z",
+        "title": "Server dies on startup",
+        "body": '```\nTraceback (most recent call last):\n  File "serve.py", line 9, in <module>\n'
+        "RuntimeError: CUDA error: out of memory\n```",
+    }
+    feature = {
+        "number": 23,
+        "updated_at": "2026-11-01T10:00:00Z",
+        "title": "[Feature]: support Phi-4",
+        "body": "It would be nice to support the Phi-4 architecture.",
+    }
     return [silent, crash, feature]
 
 

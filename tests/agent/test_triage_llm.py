@@ -1,4 +1,5 @@
 """LLM-assisted triage against a scripted model that speaks the OpenAI protocol over HTTP."""
+
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,10 +22,18 @@ class ScriptedModel:
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.prompts.append(req["messages"][-1]["content"])
                 text = fake.replies.pop(0)
-                data = json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": req["model"],
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": text}}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+                data = json.dumps(
+                    {
+                        "id": "c1",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": req["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -50,6 +59,7 @@ def model(monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
         return m
+
     yield start
 
 
@@ -63,12 +73,20 @@ def test_llm_label_overrides_rules_and_bad_answers_fall_back(model):
 
 
 def test_llm_fills_what_the_rules_missed(model):
-    model(json.dumps({"model": {"path": "Qwen/Qwen2-7B-Instruct", "arch": "qwen2"},
-                      "workload": {"requests": [{"prompt": "Say hi", "max_tokens": 8}]}}))
-    partial, _ = Reader(OpenAITriageLLM("scripted")).extract("wrong output", "with vllm 0.5.4 and the qwen 7b chat model")
+    model(
+        json.dumps(
+            {
+                "model": {"path": "Qwen/Qwen2-7B-Instruct", "arch": "qwen2"},
+                "workload": {"requests": [{"prompt": "Say hi", "max_tokens": 8}]},
+            }
+        )
+    )
+    partial, _ = Reader(OpenAITriageLLM("scripted")).extract(
+        "wrong output", "with vllm 0.5.4 and the qwen 7b chat model"
+    )
     assert partial["model"]["path"] == "Qwen/Qwen2-7B-Instruct"
     assert partial["workload"]["requests"] == [{"prompt": "Say hi", "max_tokens": 8}]
-    assert partial["target"]["engine"] == "vllm"          # the rules' value is kept
+    assert partial["target"]["engine"] == "vllm"  # the rules' value is kept
 
 
 def test_parsing_is_strict():

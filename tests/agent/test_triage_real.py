@@ -1,4 +1,5 @@
 """Triage on real GitHub issue texts: the labelled set, the rules + model, the LLM vote, extraction."""
+
 import json
 import subprocess
 import sys
@@ -12,8 +13,8 @@ from benchmark.triage.real.build_set import build, split_of
 from benchmark.triage.real.extraction import report
 from benchmark.triage_eval import REAL, evaluate, load_issues, predict
 from tests.agent.scripted_llm import ScriptedLLM, answer
-from tools import triage_model
-from tools.triage_rules import LABELS
+from tools.triage import model as triage_model
+from tools.triage.rules import LABELS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,12 +29,12 @@ def by_url(issues, tail):
 
 
 def test_the_real_set_is_rebuilt_from_its_transcriptions_and_splits_follow_the_url(issues):
-    assert build() == issues                                    # issues.jsonl is what raw/*.txt says
+    assert build() == issues  # issues.jsonl is what raw/*.txt says
     assert len(issues) >= 400 and len({i["url"] for i in issues}) == len(issues)
     assert all(i["split"] == split_of(i["url"]) for i in issues)
     assert sum(i["split"] == "test" for i in issues) >= 150
     assert {i["label"] for i in issues} == set(LABELS)
-    for split in ("train", "dev", "test"):                       # every label in every split
+    for split in ("train", "dev", "test"):  # every label in every split
         assert {i["label"] for i in issues if i["split"] == split} == set(LABELS)
 
 
@@ -44,25 +45,27 @@ def test_combined_classifier_beats_the_rules_on_dev_and_is_calibrated(issues):
     assert combined["accuracy"] >= rules["accuracy"] and combined["accuracy"] >= 0.85
     assert combined["silent"]["precision"] >= 0.9 and combined["silent"]["recall"] >= 0.85
     assert combined["ece"] <= 0.15
-    top = combined["reliability"][-1]                            # the confident bin is mostly right
+    top = combined["reliability"][-1]  # the confident bin is mostly right
     assert top["lo"] == 0.8 and top["accuracy"] >= 0.9
 
 
 def test_real_phrasings(issues):
     # train and dev issues only: the test split is scored, never pinned by a test
-    cases = {"sglang/issues/6591": "silent",                   # "messy" output, the rest is a template
-             "vllm/issues/13133": "silent",                    # accuracy tied to the fp8 kv cache
-             "llama.cpp/issues/14616": "silent",               # quantization reported as perplexity
-             "sglang/issues/28179": "silent",                  # a sampling parameter with no effect
-             "LongBench/issues/95": "silent",                  # scores below transformers', in Chinese
-             "llama.cpp/issues/23453": "crash",                # an edge-case parameter that crashes
-             "vllm/issues/35048": "performance"}               # "degradation" meaning throughput
+    cases = {
+        "sglang/issues/6591": "silent",  # "messy" output, the rest is a template
+        "vllm/issues/13133": "silent",  # accuracy tied to the fp8 kv cache
+        "llama.cpp/issues/14616": "silent",  # quantization reported as perplexity
+        "sglang/issues/28179": "silent",  # a sampling parameter with no effect
+        "LongBench/issues/95": "silent",  # scores below transformers', in Chinese
+        "llama.cpp/issues/23453": "crash",  # an edge-case parameter that crashes
+        "vllm/issues/35048": "performance",
+    }  # "degradation" meaning throughput
     for tail, label in cases.items():
         i = by_url(issues, tail)
         assert i["split"] != "test"
         c = triage_model.classify(i["title"], i["body"])
         assert c.label == label, (tail, c.label, c.cues)
-        assert any(cue.startswith(f"{label}:") for cue in c.cues)   # the answer is explained
+        assert any(cue.startswith(f"{label}:") for cue in c.cues)  # the answer is explained
 
 
 def test_classify_cli_answers_every_line_in_order_and_flags_malformed_ones(tmp_path, issues):
@@ -72,8 +75,13 @@ def test_classify_cli_answers_every_line_in_order_and_flags_malformed_ones(tmp_p
     lines += [json.dumps({"title": i["title"], "body": i["body"]}) for i in sample[3:]]
     f = tmp_path / "issues.jsonl"
     f.write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "agent.triage", "classify", str(f)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.triage", "classify", str(f)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(x) for x in proc.stdout.splitlines()]
     assert len(out) == len(lines)
@@ -96,9 +104,14 @@ def test_llm_vote_moves_confidence_but_changes_the_label_only_with_evidence():
 
 
 def test_llm_vote_over_the_openai_protocol(monkeypatch, issues):
-    crash = by_url(issues, "vllm/issues/5890")                 # train; the rules + model are sure: a crash
-    with ScriptedLLM([answer({"label": "feature", "confidence": 0.95}),
-                      answer({"label": "crash", "confidence": 0.9}), answer("not json")]) as llm:
+    crash = by_url(issues, "vllm/issues/5890")  # train; the rules + model are sure: a crash
+    with ScriptedLLM(
+        [
+            answer({"label": "feature", "confidence": 0.95}),
+            answer({"label": "crash", "confidence": 0.9}),
+            answer("not json"),
+        ]
+    ) as llm:
         monkeypatch.setenv("OPENAI_BASE_URL", llm.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
@@ -116,13 +129,15 @@ def test_extraction_on_real_silent_issues_and_the_comment_asks_for_what_is_missi
     rep = report(issues, "test")
     assert rep["all"]["n"] == sum(i["label"] == "silent" and i["split"] == "test" for i in issues)
     assert 0.0 <= rep["all"]["runnable"] <= 1.0 and rep["all"]["missing"]
-    kv = by_url(issues, "vllm/issues/13133")                   # names vllm, tp 2, fp8 kv cache; no prompt
+    kv = by_url(issues, "vllm/issues/13133")  # names vllm, tp 2, fp8 kv cache; no prompt
 
     class NoDiagnosis:
         def diagnose(self, issue, scenario):
             raise AssertionError("nothing runnable to diagnose")
-    plan = plan_issue({"number": 13133, "title": kv["title"], "body": kv["body"], "updated_at": "t"},
-                      Reader(), NoDiagnosis())
+
+    plan = plan_issue(
+        {"number": 13133, "title": kv["title"], "body": kv["body"], "updated_at": "t"}, Reader(), NoDiagnosis()
+    )
     assert plan.classification["label"] == "silent"
     assert "prompts" in plan.missing and "engine" not in plan.missing
     assert "kv_cache_dtype=fp8" in plan.comment
@@ -141,8 +156,13 @@ def test_fit_is_deterministic_and_the_weights_are_plain_json(issues):
 @pytest.mark.slow
 def test_shipped_weights_regenerate_byte_for_byte(tmp_path):
     out = tmp_path / "weights.json"
-    proc = subprocess.run([sys.executable, "-m", "tools.triage_model", "fit", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900, env={**__import__("os").environ,
-                                                                           "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.triage.model", "fit", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == triage_model.WEIGHTS.read_bytes()

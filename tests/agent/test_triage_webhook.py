@@ -1,4 +1,5 @@
 """Webhook server: signed `issues` events are accepted and triaged; forged ones are refused."""
+
 import json
 import threading
 import urllib.error
@@ -10,11 +11,15 @@ from agent.triage import Context, Reader, triage_issue
 from agent.triage_state import TriageState
 from agent.triage_webhook import WebhookServer, sign
 from tests.tools.fake_github import FakeGitHub
-from tools.github import GitHub
+from tools.triage.github import GitHub
 
 SECRET = "s3cret-webhook"
-ISSUE = {"number": 21, "updated_at": "2024-06-01T00:00:00Z", "title": "llama-server segfaults on start",
-         "body": "```\nSegmentation fault (core dumped)\n```"}
+ISSUE = {
+    "number": 21,
+    "updated_at": "2024-06-01T00:00:00Z",
+    "title": "llama-server segfaults on start",
+    "body": "```\nSegmentation fault (core dumped)\n```",
+}
 
 
 def deliver(url, payload, event="issues", signature="valid"):
@@ -36,8 +41,9 @@ def deliver(url, payload, event="issues", signature="valid"):
 def setup(tmp_path):
     with FakeGitHub([ISSUE]) as fake:
         state = TriageState(tmp_path / "state.sqlite")
-        base = Context(repo="", reader=Reader(), diagnoser=None, state=state,
-                       gh=GitHub(base_url=fake.url), post=True, label=True)
+        base = Context(
+            repo="", reader=Reader(), diagnoser=None, state=state, gh=GitHub(base_url=fake.url), post=True, label=True
+        )
         handled = []
 
         def handle(repo, issue):

@@ -3,6 +3,7 @@
 The subject registry is pointed at the fake subject through $DIFFDX_SUBJECTS and the
 cache through $DIFFDX_CACHE; nothing under test is patched.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,23 +34,53 @@ class Mixer:
 '''
 
 STEPS = {
-    "docs": Step("ops: document shift\n\nExplain the default offset.", "Ana Ruiz <ana@example.com>",
-                 "2025-03-01T10:00:00+00:00",
-                 [("minisub/ops.py", "def shift(x, by=1):\n", 'def shift(x, by=1):\n    """x + by."""\n')],
-                 slug="document-shift"),
-    "bug": Step("ops: fold the scale factor into a constant", "Bo Li <bo@example.com>",
-                "2025-03-03T12:30:00+02:00",
-                [("minisub/ops.py", "    return x * 2\n", "    return x * 2 + 1\n")], slug="fold-scale"),
-    "mixer": Step("mixer: name the complement weight", "Cy Park <cy@example.com>", "2025-03-05T08:00:00-05:00",
-                  [("minisub/ops.py", "        return w * a + (1 - w) * b\n",
-                    "        v = 1 - w\n        return w * a + v * b\n")], slug="mixer-complement"),
-    "readme": Step("docs: describe minisub", "Ana Ruiz <ana@example.com>", "2025-03-06T09:00:00+00:00",
-                   [("README.md", "# minisub\n", "# minisub\n\nA tiny subject.\n")], slug="readme"),
+    "docs": Step(
+        "ops: document shift\n\nExplain the default offset.",
+        "Ana Ruiz <ana@example.com>",
+        "2025-03-01T10:00:00+00:00",
+        [("minisub/ops.py", "def shift(x, by=1):\n", 'def shift(x, by=1):\n    """x + by."""\n')],
+        slug="document-shift",
+    ),
+    "bug": Step(
+        "ops: fold the scale factor into a constant",
+        "Bo Li <bo@example.com>",
+        "2025-03-03T12:30:00+02:00",
+        [("minisub/ops.py", "    return x * 2\n", "    return x * 2 + 1\n")],
+        slug="fold-scale",
+    ),
+    "mixer": Step(
+        "mixer: name the complement weight",
+        "Cy Park <cy@example.com>",
+        "2025-03-05T08:00:00-05:00",
+        [
+            (
+                "minisub/ops.py",
+                "        return w * a + (1 - w) * b\n",
+                "        v = 1 - w\n        return w * a + v * b\n",
+            )
+        ],
+        slug="mixer-complement",
+    ),
+    "readme": Step(
+        "docs: describe minisub",
+        "Ana Ruiz <ana@example.com>",
+        "2025-03-06T09:00:00+00:00",
+        [("README.md", "# minisub\n", "# minisub\n\nA tiny subject.\n")],
+        slug="readme",
+    ),
 }
-BUG_TRUTH = {"file": "minisub/ops.py", "function": "scale", "commit": "02-fold-scale", "component": "ops",
-             "mechanism": "scale() adds a stray constant to every output"}
-REPRO = {"model": {"arch": "llama", "seed": 0}, "target": {"engine": "minisub", "dtype": "float32"},
-         "workload": {"requests": [{"prompt_ids": [1, 2, 3], "max_tokens": 4}]}}
+BUG_TRUTH = {
+    "file": "minisub/ops.py",
+    "function": "scale",
+    "commit": "02-fold-scale",
+    "component": "ops",
+    "mechanism": "scale() adds a stray constant to every output",
+}
+REPRO = {
+    "model": {"arch": "llama", "seed": 0},
+    "target": {"engine": "minisub", "dtype": "float32"},
+    "workload": {"requests": [{"prompt_ids": [1, 2, 3], "max_tokens": 4}]},
+}
 
 
 @pytest.fixture(scope="session")
@@ -81,12 +112,25 @@ def cases_dir(tmp_path, subject_root) -> Path:
 @pytest.fixture
 def make_case(cases_dir):
     """(id, issue_number, step names, truth, **meta) -> a case folder written through the authoring helper."""
-    def make(case_id: str, issue_number: int, steps: list[str], truth: dict | None = None,
-             category: str = "numerics", good_ref: str | None = None) -> Path:
+
+    def make(
+        case_id: str,
+        issue_number: int,
+        steps: list[str],
+        truth: dict | None = None,
+        category: str = "numerics",
+        good_ref: str | None = None,
+    ) -> Path:
         folder = cases_dir / case_id
         folder.mkdir()
-        meta = {"id": case_id, "issue_number": issue_number, "subject": "minisub", "category": category,
-                "modeled_on": ["vllm-project/vllm#5639"], "title": f"wrong outputs ({case_id})"}
+        meta = {
+            "id": case_id,
+            "issue_number": issue_number,
+            "subject": "minisub",
+            "category": category,
+            "modeled_on": ["vllm-project/vllm#5639"],
+            "title": f"wrong outputs ({case_id})",
+        }
         (folder / "case.toml").write_text(tomli_w.dumps(meta))
         (folder / "issue.md").write_text("Outputs are off by one since the last upgrade.\n")
         repro = dict(REPRO, good_ref=good_ref) if good_ref else REPRO

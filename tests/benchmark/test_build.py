@@ -1,4 +1,5 @@
 """The builder: pristine snapshot tagged base (+ v<version>), patches applied with git am."""
+
 from __future__ import annotations
 
 import time
@@ -16,10 +17,16 @@ def test_builds_the_stated_history(make_case, tmp_path):
     repo = build_case_repo(case, tmp_path / "build" / "repo")
     log = git(repo, "log", "--format=%an <%ae>|%aI|%cI|%s").splitlines()
     assert [line.split("|")[3] for line in log] == [
-        "mixer: name the complement weight", "ops: fold the scale factor into a constant",
-        "ops: document shift", "Import snapshot"]
+        "mixer: name the complement weight",
+        "ops: fold the scale factor into a constant",
+        "ops: document shift",
+        "Import snapshot",
+    ]
     assert [line.split("|")[0] for line in log[:3]] == [
-        "Cy Park <cy@example.com>", "Bo Li <bo@example.com>", "Ana Ruiz <ana@example.com>"]
+        "Cy Park <cy@example.com>",
+        "Bo Li <bo@example.com>",
+        "Ana Ruiz <ana@example.com>",
+    ]
     assert all(line.split("|")[1] == line.split("|")[2] for line in log), "committer date = author date"
     assert log[1].split("|")[1] == "2025-03-03T12:30:00+02:00"
     assert sorted(git(repo, "tag").split()) == ["base", "v0.3"]
@@ -30,7 +37,11 @@ def test_builds_the_stated_history(make_case, tmp_path):
 
 def test_snapshot_skips_bytecode_and_keeps_other_files(make_case, tmp_path):
     repo = build_case_repo(make_case("files", 102, ["docs"]), tmp_path / "repo")
-    assert git(repo, "ls-tree", "-r", "--name-only", "base").split() == ["README.md", "minisub/__init__.py", "minisub/ops.py"]
+    assert git(repo, "ls-tree", "-r", "--name-only", "base").split() == [
+        "README.md",
+        "minisub/__init__.py",
+        "minisub/ops.py",
+    ]
 
 
 def test_histories_are_deterministic(make_case, tmp_path, monkeypatch):
@@ -124,7 +135,9 @@ def test_base_patch_is_folded_into_the_snapshot(make_case, tmp_path):
     (folder / "commits" / "01-fold-scale.patch").rename(folder / "commits" / "00-base-fold-scale.patch")
     repo = build_case_repo(folder, tmp_path / "repo")
     assert git(repo, "log", "--format=%s|%an").splitlines() == [
-        "ops: document shift|Ana Ruiz", "Import snapshot|diffdx maintainers"]
+        "ops: document shift|Ana Ruiz",
+        "Import snapshot|diffdx maintainers",
+    ]
     assert "return x * 2 + 1" in git(repo, "show", "base:minisub/ops.py")
     assert git(repo, "rev-parse", "base") == git(repo, "rev-parse", "v0.3") == git(repo, "rev-parse", "HEAD~1")
     assert list(read_commit_map(repo)["patches"]) == ["02-document-shift"]

@@ -3,6 +3,7 @@
 The wheels come from the package index once per test session (the session cache), so these
 tests need PyPI or a warm $DIFFDX_TEST_CACHE; the offline cases point pip at nothing at all.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,7 @@ import tomli_w
 from benchmark.build import BuildError, build_case_repo, git, read_commit_map
 from benchmark.cases import CaseError, load_case, load_truth
 from benchmark.releases import Releases, wheel_path
-from tools.checkpoints import cache_root
-
+from tools.probe.checkpoints import cache_root
 
 REPRO = """[model]
 arch = "llama"
@@ -33,9 +33,16 @@ max_tokens = 2
 def release_case(root: Path, name: str, package: str, versions: list[str], truth_commit: str | None = None) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    meta = {"id": name, "issue_number": 9000 + len(name), "subject": "transformers", "category": "numerics",
-            "modeled_on": ["example/repo#1"], "title": "wrong after upgrade", "track": "real",
-            "releases": {"package": package, "versions": versions}}
+    meta = {
+        "id": name,
+        "issue_number": 9000 + len(name),
+        "subject": "transformers",
+        "category": "numerics",
+        "modeled_on": ["example/repo#1"],
+        "title": "wrong after upgrade",
+        "track": "real",
+        "releases": {"package": package, "versions": versions},
+    }
     (folder / "case.toml").write_text(tomli_w.dumps(meta))
     (folder / "issue.md").write_text("It worked before the upgrade.\n")
     (folder / "repro.toml").write_text(REPRO)
@@ -62,13 +69,13 @@ def test_release_history_is_tagged_and_deterministic(tmp_path, monkeypatch):
     assert "__version__ = '3.7'" in git(repo, "show", "HEAD:idna/package_data.py")
     assert read_commit_map(repo)["patches"]["v3.7"]["sha"] == git(repo, "rev-parse", "HEAD")
     assert load_truth(case).commit == "v3.7"
-    monkeypatch.setenv("DIFFDX_CACHE", str(tmp_path / "fresh-cache"))   # wheels fetched again, repo rebuilt
+    monkeypatch.setenv("DIFFDX_CACHE", str(tmp_path / "fresh-cache"))  # wheels fetched again, repo rebuilt
     again = build_case_repo(case, tmp_path / "b" / "repo")
     assert git(again, "rev-parse", "HEAD") == git(repo, "rev-parse", "HEAD")
 
 
 def test_offline_rebuild_reuses_the_wheel_cache(tmp_path, offline):
-    wheel_path("idna", "3.6")   # the session cache holds it if the test above ran; else pip fails below
+    wheel_path("idna", "3.6")  # the session cache holds it if the test above ran; else pip fails below
     repo = build_case_repo(release_case(tmp_path, "idna-offline", "idna", ["3.6"]), tmp_path / "repo")
     assert git(repo, "log", "--format=%s") == "Release: v3.6"
 
@@ -91,7 +98,7 @@ def test_unfetchable_wheel_offline_is_one_line(tmp_path, offline):
 
 
 def test_wheel_without_the_package_folder_names_it(tmp_path):
-    case = release_case(tmp_path / "cases", "six-module", "six", ["1.16.0"])   # six ships six.py, no six/
+    case = release_case(tmp_path / "cases", "six-module", "six", ["1.16.0"])  # six ships six.py, no six/
     with pytest.raises(BuildError, match=r"six-1.16.0-py2.py3-none-any.whl holds no package folder six/"):
         build_case_repo(case, tmp_path / "repo")
 

@@ -1,4 +1,5 @@
 """The runner end to end: 3 cases, 2 worker processes, a small real agent, real scoring."""
+
 from __future__ import annotations
 
 import ast
@@ -32,7 +33,8 @@ def _functions_at(source: str, lines: set[int]) -> list[str]:
         hit = False
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
-                    child.lineno <= n <= child.end_lineno for n in lines):
+                child.lineno <= n <= child.end_lineno for n in lines
+            ):
                 if not walk(child, f"{prefix}{child.name}."):
                     found.append(f"{prefix}{child.name}")
                 hit = True
@@ -49,32 +51,51 @@ def newest_change_agent(case: CaseInput, out_dir: Path, llm: str) -> dict:
         for path in _git(case.repo, "show", "--format=", "--name-only", sha).split():
             if not path.endswith(".py"):
                 continue
-            lines = {int(m[0]) + i for m in HUNK.findall(_git(case.repo, "show", "-U0", "--format=", sha, "--", path))
-                     for i in range(int(m[1] or 1) or 1)}
+            lines = {
+                int(m[0]) + i
+                for m in HUNK.findall(_git(case.repo, "show", "-U0", "--format=", sha, "--", path))
+                for i in range(int(m[1] or 1) or 1)
+            }
             for function in _functions_at(_git(case.repo, "show", f"{sha}:{path}"), lines):
                 hypotheses.append({"rank": len(hypotheses) + 1, "file": path, "function": function, "commit": sha})
     if not hypotheses:
         raise RuntimeError("no Python function changed since base")
     (out_dir / "report.md").write_text(f"# Issue {case.issue_number}\n\nTop: {hypotheses[0]['function']}\n")
     newest = hypotheses[0]["commit"]
-    return {"issue": str(case.issue_number), "reproduced": True, "hypotheses": hypotheses[:5],
-            "commit": {"sha": newest, "subject": _git(case.repo, "log", "-1", "--format=%s", newest).strip()},
-            "cost": {"engine_runs": 2, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0}}
+    return {
+        "issue": str(case.issue_number),
+        "reproduced": True,
+        "hypotheses": hypotheses[:5],
+        "commit": {"sha": newest, "subject": _git(case.repo, "log", "-1", "--format=%s", newest).strip()},
+        "cost": {"engine_runs": 2, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0},
+    }
 
 
 @pytest.fixture
 def three_cases(make_case, cases_dir):
     make_case("bug-not-newest", 501, ["docs", "bug", "mixer"], category="numerics")
     make_case("bug-newest", 502, ["docs", "bug"], category="kv-cache")
-    make_case("docs-only", 503, ["readme"], category="kv-cache",
-              truth={k: v for k, v in BUG_TRUTH.items() if k != "commit"})
+    make_case(
+        "docs-only", 503, ["readme"], category="kv-cache", truth={k: v for k, v in BUG_TRUTH.items() if k != "commit"}
+    )
     return cases_dir
 
 
 def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "benchmark.run", "--cases-dir", str(three_cases), "--workers", "2",
-           "--agent", "tests.benchmark.test_run:newest_change_agent", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmark.run",
+        "--cases-dir",
+        str(three_cases),
+        "--workers",
+        "2",
+        "--agent",
+        "tests.benchmark.test_run:newest_change_agent",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
@@ -84,7 +105,10 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     assert by_case["docs-only"]["commit"] is None and by_case["docs-only"]["errors"] == 1
     overall = results["overall"]
     assert (overall["pass_at_1"], overall["pass_at_5"], overall["commit_acc"]) == (
-        pytest.approx(1 / 3), pytest.approx(2 / 3), 0.5)
+        pytest.approx(1 / 3),
+        pytest.approx(2 / 3),
+        0.5,
+    )
     assert overall["component_acc"] == pytest.approx(2 / 3) and overall["engine_runs"] == pytest.approx(4 / 3)
     assert results["by_category"]["kv-cache"]["pass_at_1"] == 0.5
     crashed = json.loads((out / "docs-only" / "report.json").read_text())
@@ -101,8 +125,24 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
 
 def test_samples_write_one_report_per_sample(three_cases, tmp_path):
     out = tmp_path / "sampled"
-    assert main(["bug-newest", "--cases-dir", str(three_cases), "--samples", "2", "--workers", "2",
-                 "--agent", "tests.benchmark.test_run:newest_change_agent", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bug-newest",
+                "--cases-dir",
+                str(three_cases),
+                "--samples",
+                "2",
+                "--workers",
+                "2",
+                "--agent",
+                "tests.benchmark.test_run:newest_change_agent",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.parent.name for p in (out / "bug-newest" / "samples").glob("*/report.json")) == ["0", "1"]
     results = json.loads((out / "results.json").read_text())
     assert results["cases"][0]["samples"] == 2 and results["cases"][0]["runs_pass_at"] == {"1": 1.0}

@@ -1,17 +1,34 @@
 """The scorer, checked against hand-computed values."""
+
 from __future__ import annotations
 
 import pytest
 
 from benchmark.cases import Truth
-from benchmark.score import (aggregate, commit_hit, component_hit, first_match_rank, score_case, summarize,
-                             unbiased_pass_at_k)
+from benchmark.score import (
+    aggregate,
+    commit_hit,
+    component_hit,
+    first_match_rank,
+    score_case,
+    summarize,
+    unbiased_pass_at_k,
+)
 
-TRUTH = Truth(file="tinyserve/kv_cache.py", function="BlockManager.allocate", commit="02-reuse-blocks",
-              component="kv-cache", mechanism="freed blocks handed out twice")
-COMMITS = {"base": "b" * 40, "patches": {"01-docs": {"sha": "1" * 40, "subject": "docs"},
-                                         "02-reuse-blocks": {"sha": "abcdef0123" + "4" * 30,
-                                                             "subject": "kv_cache: reuse freed blocks first"}}}
+TRUTH = Truth(
+    file="tinyserve/kv_cache.py",
+    function="BlockManager.allocate",
+    commit="02-reuse-blocks",
+    component="kv-cache",
+    mechanism="freed blocks handed out twice",
+)
+COMMITS = {
+    "base": "b" * 40,
+    "patches": {
+        "01-docs": {"sha": "1" * 40, "subject": "docs"},
+        "02-reuse-blocks": {"sha": "abcdef0123" + "4" * 30, "subject": "kv_cache: reuse freed blocks first"},
+    },
+}
 
 
 def hyp(file="tinyserve/sampler.py", function="Sampler.forward", **extra):
@@ -22,10 +39,18 @@ def report(*hyps, commit=None, cost=None, **extra):
     return {"issue": "1", "hypotheses": list(hyps), "commit": commit, "cost": cost or {}, **extra}
 
 
-@pytest.mark.parametrize("n, c, k, expected", [
-    (5, 2, 1, 2 / 5), (5, 2, 2, 1 - 3 / 10), (10, 3, 5, 1 - 21 / 252), (5, 2, 4, 1.0), (4, 0, 2, 0.0),
-    (1, 1, 1, 1.0), (3, 3, 2, 1.0),
-])
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (5, 2, 1, 2 / 5),
+        (5, 2, 2, 1 - 3 / 10),
+        (10, 3, 5, 1 - 21 / 252),
+        (5, 2, 4, 1.0),
+        (4, 0, 2, 0.0),
+        (1, 1, 1, 1.0),
+        (3, 3, 2, 1.0),
+    ],
+)
 def test_unbiased_estimator_matches_hand_computed(n, c, k, expected):
     assert unbiased_pass_at_k(n, c, k) == pytest.approx(expected)
 
@@ -68,9 +93,11 @@ def test_commit_hit_by_sha_prefix_or_subject():
 
 def test_score_case_with_samples():
     right = hyp("tinyserve/kv_cache.py", "BlockManager.allocate")
-    reports = [report(right, cost={"engine_runs": 4, "tokens_in": 100, "tokens_out": 20, "wall_s": 3.0}),
-               report(hyp(), right, cost={"engine_runs": 6, "wall_s": 5.0}),
-               report(hyp(), error="crashed")]
+    reports = [
+        report(right, cost={"engine_runs": 4, "tokens_in": 100, "tokens_out": 20, "wall_s": 3.0}),
+        report(hyp(), right, cost={"engine_runs": 6, "wall_s": 5.0}),
+        report(hyp(), error="crashed"),
+    ]
     s = score_case("c1", "kv-cache", "tinyserve", reports, TRUTH, COMMITS)
     assert (s.samples, s.rank, s.top1_hits, s.top5_hits, s.errors) == (3, 1, 1, 2, 1)
     assert s.pass_at_1 == pytest.approx(1 / 3) and s.pass_at_5 == pytest.approx(2 / 3)
@@ -82,16 +109,23 @@ def test_score_case_with_samples():
 def test_runs_pass_at_5_with_enough_samples():
     right = report(hyp("tinyserve/kv_cache.py", "BlockManager.allocate"))
     s = score_case("c", "kv-cache", "tinyserve", [right, right] + [report()] * 4, TRUTH)
-    assert s.runs_pass_at[5] == pytest.approx(1 - 0 / 6)   # C(4,5) = 0: any 5 of 6 include a hit
+    assert s.runs_pass_at[5] == pytest.approx(1 - 0 / 6)  # C(4,5) = 0: any 5 of 6 include a hit
     assert s.runs_pass_at[1] == pytest.approx(2 / 6) and s.commit is None
 
 
 def test_aggregates_overall_per_category_and_subject():
     right = hyp("tinyserve/kv_cache.py", "BlockManager.allocate")
-    scores = [score_case("a", "kv-cache", "tinyserve", [report(right, commit={"sha": "abcdef0"})], TRUTH, COMMITS),
-              score_case("b", "kv-cache", "tinyserve", [report(hyp(), right)], TRUTH, COMMITS),
-              score_case("c", "sampling", "transformers", [report(hyp(), cost={"tokens_in": 7})],
-                         Truth("a.py", "f", None, "sampler", "m"))]
+    scores = [
+        score_case("a", "kv-cache", "tinyserve", [report(right, commit={"sha": "abcdef0"})], TRUTH, COMMITS),
+        score_case("b", "kv-cache", "tinyserve", [report(hyp(), right)], TRUTH, COMMITS),
+        score_case(
+            "c",
+            "sampling",
+            "transformers",
+            [report(hyp(), cost={"tokens_in": 7})],
+            Truth("a.py", "f", None, "sampler", "m"),
+        ),
+    ]
     summary = summarize(scores)
     overall = summary["overall"]
     assert (overall.cases, overall.pass_at_1, overall.pass_at_5) == (3, pytest.approx(1 / 3), pytest.approx(2 / 3))

@@ -1,20 +1,23 @@
 """tinyserve incremental detokenization with the checkpoint's byte-level BPE tokenizer: streamed
 text adds up to the full decoding, multi-byte characters and leading spaces included."""
+
 import random
 
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import LLMEngine, SamplingParams
 from tinyserve.detokenizer import decode_increment, decode_remainder
 from tinyserve.tokenizer import Tokenizer
-from tools.checkpoints import ensure_checkpoint
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
+from tools.probe.checkpoints import ensure_checkpoint
 
 torch.set_num_threads(1)
-TEXTS = ["Héllo wörld, naïve café, 東京 and Straße.",
-         "  two leading spaces, then 東京タワー é and a tab\tend",
-         " 12,345 und Übergrößen: ÄÖÜ 😀 done"]
+TEXTS = [
+    "Héllo wörld, naïve café, 東京 and Straße.",
+    "  two leading spaces, then 東京タワー é and a tab\tend",
+    " 12,345 und Übergrößen: ÄÖÜ 😀 done",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def test_streamed_text_equals_full_decoding(tok, text):
     assert tok.decode(ids) == text
     pieces = stream(tok.decode, ids)
     assert "".join(pieces) == text
-    assert not any("\ufffd" in p for p in pieces)        # never half a character
+    assert not any("\ufffd" in p for p in pieces)  # never half a character
 
 
 def byte_token(b: int) -> str:
@@ -58,7 +61,7 @@ def test_a_character_split_over_byte_tokens_comes_out_whole(tok, text):
     assert None not in byte_ids and tok.decode(byte_ids) == text
     pieces = stream(tok.decode, byte_ids)
     assert "".join(pieces) == text and not any("\ufffd" in p for p in pieces)
-    assert pieces[0] == (" " if text[0] == " " else "")     # the leading space is not lost or delayed
+    assert pieces[0] == (" " if text[0] == " " else "")  # the leading space is not lost or delayed
 
 
 def test_random_token_sequences_stream_to_their_decoding(tok):
@@ -71,7 +74,7 @@ def test_random_token_sequences_stream_to_their_decoding(tok):
 def test_engine_streams_deltas_that_add_up_to_request_text(ckpt, tok):
     engine = LLMEngine.from_options(ckpt, block_size=4)
     forced = {str(i): tok.encode(t) for i, t in enumerate(TEXTS)}
-    for rid, ids in forced.items():     # teacher forcing makes the engine emit exactly these tokens
+    for rid, ids in forced.items():  # teacher forcing makes the engine emit exactly these tokens
         engine.add_request(rid, "The quick brown fox", SamplingParams(max_tokens=len(ids)), forced_token_ids=ids)
     pieces, final = {rid: [] for rid in forced}, {}
     while engine.has_unfinished_requests():
@@ -100,4 +103,4 @@ def test_stop_string_cuts_streamed_text_and_is_never_streamed_past(ckpt):
             streamed += o.delta
             out = o
     assert out.finished and out.finish_reason == "stop"
-    assert streamed == out.text == base[:base.find(stop)]
+    assert streamed == out.text == base[: base.find(stop)]

@@ -1,12 +1,13 @@
 """tinyserve's block manager, scheduler and config, on their own."""
+
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import Config, LLMEngine, SamplingParams
 from tinyserve.engine.block_manager import BlockManager
 from tinyserve.engine.sequence import Sequence
-from tools.checkpoints import ensure_checkpoint
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
+from tools.probe.checkpoints import ensure_checkpoint
 
 torch.set_num_threads(1)
 
@@ -25,19 +26,19 @@ def admit(bm, s):
 
 def test_prefix_blocks_are_shared_ref_counted_and_evicted_lru():
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
-    a = seq(0, list(range(10)))                       # blocks: [0-3] [4-7] [8,9]
+    a = seq(0, list(range(10)))  # blocks: [0-3] [4-7] [8,9]
     assert admit(bm, a) == 0 and len(a.block_table) == 3
-    b = seq(1, list(range(8)) + [99, 98, 97])         # same two full blocks, different tail
+    b = seq(1, list(range(8)) + [99, 98, 97])  # same two full blocks, different tail
     assert admit(bm, b) == 2
     assert b.block_table[:2] == a.block_table[:2]
     assert bm.blocks[a.block_table[0]].ref_count == 2
     bm.free(a)
     bm.free(b)
     assert bm.num_free_blocks == 8
-    c = seq(2, list(range(9)))                        # still cached after free
+    c = seq(2, list(range(9)))  # still cached after free
     assert admit(bm, c) == 2
     bm.free(c)
-    hog = seq(3, list(range(200, 232)))               # needs all 8 blocks: evicts every cached one
+    hog = seq(3, list(range(200, 232)))  # needs all 8 blocks: evicts every cached one
     assert admit(bm, hog) == 0
     assert bm.get_computed_blocks(seq(4, list(range(9)))) == []
     assert all(bm.blocks[i].ref_count == 1 for i in hog.block_table)
@@ -46,7 +47,7 @@ def test_prefix_blocks_are_shared_ref_counted_and_evicted_lru():
 def test_a_fully_cached_prompt_still_computes_its_last_token():
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
     admit(bm, seq(0, list(range(8))))
-    assert len(bm.get_computed_blocks(seq(1, list(range(8))))) == 1   # 7 tokens at most -> one block
+    assert len(bm.get_computed_blocks(seq(1, list(range(8))))) == 1  # 7 tokens at most -> one block
 
 
 def test_allocation_is_all_or_nothing():

@@ -1,10 +1,11 @@
 """Every optimized tinyserve kernel equals its native twin on randomized shapes."""
+
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import ops
 from tinyserve.layers.rotary_embedding import ROPE_SCALING, compute_cos_sin_cache
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 
 torch.set_num_threads(1)
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float64: 1e-10}
@@ -19,8 +20,13 @@ def close(a, b, dtype):
 
 
 def test_kernel_registry():
-    assert set(ops.KERNELS) >= {"fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
-                                "gelu_tanh_and_mul", "paged_attention"}
+    assert set(ops.KERNELS) >= {
+        "fused_add_rms_norm",
+        "rotary_embedding",
+        "silu_and_mul",
+        "gelu_tanh_and_mul",
+        "paged_attention",
+    }
     ks = ops.select_kernels(["paged_attention"])
     assert ks.paged_attention is ops.get_kernel("paged_attention", native=True)
     assert ks.silu_and_mul is ops.get_kernel("silu_and_mul")
@@ -38,7 +44,7 @@ def test_norms(dtype, offset):
         opt, nat = twins("rms_norm")
         close(opt(x, w, 1e-6, offset), nat(x, w, 1e-6, offset), dtype)
         opt, nat = twins("fused_add_rms_norm")
-        y_opt, r_opt = opt(x.clone(), res.clone(), w, 1e-6, offset)   # in place: give it copies
+        y_opt, r_opt = opt(x.clone(), res.clone(), w, 1e-6, offset)  # in place: give it copies
         y_nat, r_nat = nat(x, res, w, 1e-6, offset)
         close(r_opt, r_nat, dtype)
         close(y_opt, y_nat, dtype)
@@ -101,23 +107,39 @@ def test_paged_attention_bf16_cache():
     q, kc, vc, starts, seq_lens, tables = random_paged_batch(g, [1, 30], [100, 45], 16)
     q, kc, vc = q.bfloat16(), kc.bfloat16(), vc.bfloat16()
     opt, nat = twins("paged_attention")
-    close(opt(q, kc, vc, starts, seq_lens, tables, 0.25, 32, None),
-          nat(q, kc, vc, starts, seq_lens, tables, 0.25, 32, None), torch.bfloat16)
+    close(
+        opt(q, kc, vc, starts, seq_lens, tables, 0.25, 32, None),
+        nat(q, kc, vc, starts, seq_lens, tables, 0.25, 32, None),
+        torch.bfloat16,
+    )
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "linear", "factor": 4.0},
-    {"rope_type": "dynamic", "factor": 2.0},
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 64},
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
-])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "linear", "factor": 4.0},
+        {"rope_type": "dynamic", "factor": 2.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    ],
+)
 def test_rope_scaling_matches_transformers(rope):
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    hf = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16, max_position_embeddings=256,
-                     rope_parameters={"rope_theta": 10000.0, **rope})
+    hf = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=16,
+        max_position_embeddings=256,
+        rope_parameters={"rope_theta": 10000.0, **rope},
+    )
     expected, expected_scale = ROPE_INIT_FUNCTIONS[rope["rope_type"]](hf, "cpu")
     params = {"rope_theta": 10000.0, **rope}
     params.setdefault("original_max_position_embeddings", 256)

@@ -1,4 +1,5 @@
 """Bug-free tinyserve matches transformers (a fast subset of benchmark/subjects/check_tinyserve.py)."""
+
 import pytest
 import torch
 
@@ -18,10 +19,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("arch,dtype,workload,options", CASES,
-                         ids=[f"{a}-{d}-{w}-{'pc' if o['enable_prefix_caching'] else 'nopc'}-"
-                              f"{'chunk' if o['enable_chunked_prefill'] else 'nochunk'}-bs{o['block_size']}"
-                              for a, d, w, o in CASES])
+@pytest.mark.parametrize(
+    "arch,dtype,workload,options",
+    CASES,
+    ids=[
+        f"{a}-{d}-{w}-{'pc' if o['enable_prefix_caching'] else 'nopc'}-"
+        f"{'chunk' if o['enable_chunked_prefill'] else 'nochunk'}-bs{o['block_size']}"
+        for a, d, w, o in CASES
+    ],
+)
 def test_greedy_matches_transformers(arch, dtype, workload, options):
     row = check.check_case(arch, dtype, workload, options)
     assert row["ok"], row
@@ -42,15 +48,17 @@ def test_preemption_by_recompute_matches():
 
 
 def test_all_native_kernels_match():
-    row = check.check_case("mistral", "float32", "staggered4",
-                           check.engine_options(False, True, 16, native_kernels=check._all_kernels()))
+    row = check.check_case(
+        "mistral", "float32", "staggered4", check.engine_options(False, True, 16, native_kernels=check._all_kernels())
+    )
     assert row["ok"], row
 
 
 def test_wrong_sliding_window_is_detected():
     """Negative control: dropping mistral's sliding window must fail the check (the test has teeth)."""
-    from tools.checkpoints import ensure_checkpoint
     from tinyserve.config import ModelConfig
+
+    from tools.probe.checkpoints import ensure_checkpoint
 
     ckpt = str(ensure_checkpoint({"arch": "mistral", "seed": 0}))
     cfg = ModelConfig.from_dir(ckpt)

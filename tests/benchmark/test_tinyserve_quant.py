@@ -1,17 +1,18 @@
 """tinyserve weight-only quantization (int8 per channel, int4 per group) against diffdx's own math
 and against transformers running the same dequantized weights."""
+
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import LLMEngine, SamplingParams
 from tinyserve.ops import KERNELS
 from tinyserve.ops.quant_matmul import dequant_matmul, dequant_matmul_native, dequantize_weight
 from tinyserve.quantization import quantize_group_int4, quantize_per_channel_int8
-from tools import quant
-from tools.checkpoints import ensure_checkpoint, reference_checkpoint
-from tools.probe import Prober
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
+from tools.probe import quant
+from tools.probe.checkpoints import ensure_checkpoint, reference_checkpoint
+from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
 torch.set_num_threads(1)
@@ -21,7 +22,7 @@ SHAPES = [(48, 64), (7, 32), (128, 96), (3, 256)]
 @pytest.mark.parametrize("shape", SHAPES)
 def test_int8_agrees_bit_for_bit_with_diffdx(shape):
     w = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[0])) * 0.05
-    w[0] = 0.0                                    # an all-zero row must not divide by zero
+    w[0] = 0.0  # an all-zero row must not divide by zero
     q, s = quant.quantize_int8(w)
     q2, s2 = quantize_per_channel_int8(w)
     assert torch.equal(q, q2) and torch.equal(s, s2)
@@ -76,23 +77,37 @@ def test_reference_checkpoint_is_dequantized_once_and_keyed_by_scheme():
     path = reference_checkpoint(sc)
     assert path.name.endswith("dequant-int4-g16") and reference_checkpoint(sc) == path
     assert reference_checkpoint(sc.with_target(options={})) == ensure_checkpoint(sc.model)
-    tensors, original = load_file(str(path / "model.safetensors")), load_file(str(ensure_checkpoint(sc.model) / "model.safetensors"))
+    tensors, original = (
+        load_file(str(path / "model.safetensors")),
+        load_file(str(ensure_checkpoint(sc.model) / "model.safetensors")),
+    )
     name = "model.layers.0.self_attn.k_proj.weight"
     assert torch.equal(tensors[name], quant.round_trip(original[name], "int4", 16))
     assert torch.equal(tensors["model.embed_tokens.weight"], original["model.embed_tokens.weight"])
 
 
 def scenario(arch, dtype, scheme, **options):
-    reqs = [{"prompt_ids": list(range(40, 76)), "max_tokens": 6, "sampling": {"ignore_eos": True}},
-            {"prompt_ids": list(range(300, 311)), "max_tokens": 5, "arrival_step": 1,
-             "sampling": {"ignore_eos": True, "temperature": 0.7, "seed": 2}}]
-    return from_dict({"model": {"arch": arch, "seed": 0},
-                      "target": {"engine": "tinyserve", "dtype": dtype, "options": {"quantization": scheme, **options}},
-                      "workload": {"requests": reqs}})
+    reqs = [
+        {"prompt_ids": list(range(40, 76)), "max_tokens": 6, "sampling": {"ignore_eos": True}},
+        {
+            "prompt_ids": list(range(300, 311)),
+            "max_tokens": 5,
+            "arrival_step": 1,
+            "sampling": {"ignore_eos": True, "temperature": 0.7, "seed": 2},
+        },
+    ]
+    return from_dict(
+        {
+            "model": {"arch": arch, "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": dtype, "options": {"quantization": scheme, **options}},
+            "workload": {"requests": reqs},
+        }
+    )
 
 
-@pytest.mark.parametrize("arch,dtype,scheme", [("llama", "float32", "int4"), ("gemma2", "bfloat16", "int8"),
-                                               ("qwen2", "float32", "int8")])
+@pytest.mark.parametrize(
+    "arch,dtype,scheme", [("llama", "float32", "int4"), ("gemma2", "bfloat16", "int8"), ("qwen2", "float32", "int8")]
+)
 def test_probe_finds_no_divergence_against_dequantized_reference(arch, dtype, scheme):
     result = Prober().probe(scenario(arch, dtype, scheme, block_size=4, prefix_caching=True))
     assert result.divergent_taps == [] and not result.diverged, result.summary
@@ -100,11 +115,12 @@ def test_probe_finds_no_divergence_against_dequantized_reference(arch, dtype, sc
 
 def test_probe_sees_quantization_error_against_the_float_checkpoint():
     """Without the dequantized reference, int4 error is far above fp32 noise: the hook matters."""
-    from tools.probe import compare_traces
+    from tools.probe.prober import compare_traces
+
     sc = scenario("llama", "float32", "int4")
     prober = Prober()
     target = prober.run_target(sc, None)
-    plain = sc.with_target(options={})     # reference_checkpoint -> the float weights
+    plain = sc.with_target(options={})  # reference_checkpoint -> the float weights
     high = prober.run_reference(plain, "float64", target.sequences(), None)
     low = prober.run_reference(plain, "float32", target.sequences(), None)
     assert compare_traces(sc, target, low, high).divergent_taps

@@ -1,11 +1,12 @@
 """tinyserve's sampler and stop conditions behave as defined."""
+
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import LLM, SamplingParams
 from tinyserve.layers.sampler import LogitsAdjuster, Sampler, SamplingTensors
-from tools.checkpoints import ensure_checkpoint
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
+from tools.probe.checkpoints import ensure_checkpoint
 
 torch.set_num_threads(1)
 V = 12
@@ -67,11 +68,11 @@ def test_top_p_and_min_p_masks():
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05] + [0.0] * (V - 4)]).clamp_min(1e-12)
     logits = probs.log()
     kept = Sampler.apply_top_p(logits, torch.tensor([0.75])).isfinite()[0, :4].tolist()
-    assert kept == [True, True, False, False]          # 0.5 + 0.3 covers 0.75
+    assert kept == [True, True, False, False]  # 0.5 + 0.3 covers 0.75
     kept = Sampler.apply_top_p(logits, torch.tensor([0.85])).isfinite()[0, :4].tolist()
     assert kept == [True, True, True, False]
     kept = Sampler.apply_min_p(logits, torch.tensor([0.2])).isfinite()[0, :4].tolist()
-    assert kept == [True, True, True, False]           # threshold 0.2 * 0.5 = 0.1
+    assert kept == [True, True, True, False]  # threshold 0.2 * 0.5 = 0.1
     kept = Sampler.apply_top_k(logits, torch.tensor([2])).isfinite()[0, :4].tolist()
     assert kept == [True, True, False, False]
 
@@ -99,7 +100,7 @@ def test_stop_conditions_and_logprobs(llm):
         assert by_text.finish_reason == "stop" and cut not in by_text.text
     top = llm.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=3, logprobs=4))[0]
     for token, lp, d in zip(top.token_ids, top.logprobs, top.top_logprobs):
-        assert d[token] == lp and len(d) >= 4 and lp == max(d.values())   # greedy: chosen is the top one
+        assert d[token] == lp and len(d) >= 4 and lp == max(d.values())  # greedy: chosen is the top one
 
 
 def test_text_prompt_uses_checkpoint_tokenizer(llm):

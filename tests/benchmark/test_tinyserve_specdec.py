@@ -1,21 +1,22 @@
 """tinyserve speculative decoding (n-gram prompt lookup, draft model): greedy output equals
 plain decoding, sampling keeps the target distribution, rejected drafts give their KV back."""
+
 import math
 
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import LLMEngine, SamplingParams
 from tinyserve.layers.sampler import SamplingTensors
 from tinyserve.spec_decode.engine import SpecDecodeEngine
 from tinyserve.spec_decode.proposers import propose_ngram
 from tinyserve.spec_decode.rejection import RejectionSampler
-from tools.checkpoints import ensure_checkpoint
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
+from tools.probe.checkpoints import ensure_checkpoint
 
 torch.set_num_threads(1)
 ARCHS = ("llama", "qwen2", "mistral", "gemma2")
-CHI2_999 = {5: 20.52, 15: 37.70}     # chi-square critical values at p = 0.001, by degrees of freedom
+CHI2_999 = {5: 20.52, 15: 37.70}  # chi-square critical values at p = 0.001, by degrees of freedom
 
 
 def ckpt(arch, **keys):
@@ -51,9 +52,11 @@ def test_ngram_lookup_takes_the_latest_longest_match():
     assert propose_ngram([4, 8, 4], 3, 1, 3) == [8, 4]
 
 
-SPECS = [{"speculative": "ngram", "num_speculative_tokens": 3},
-         {"speculative": "draft", "num_speculative_tokens": 4, "draft": "small"},
-         {"speculative": "draft", "num_speculative_tokens": 5, "draft": "same"}]
+SPECS = [
+    {"speculative": "ngram", "num_speculative_tokens": 3},
+    {"speculative": "draft", "num_speculative_tokens": 4, "draft": "small"},
+    {"speculative": "draft", "num_speculative_tokens": 5, "draft": "same"},
+]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -71,7 +74,7 @@ def test_greedy_with_speculation_equals_greedy_without(arch, spec):
     assert [o.token_ids for o in fast] == [o.token_ids for o in plain]
     for a, b in zip(fast, plain):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
-    if draft == "same":      # a perfect draft: everything accepted, fewer steps
+    if draft == "same":  # a perfect draft: everything accepted, fewer steps
         assert engine.num_accepted_tokens == engine.num_draft_tokens and engine.step_count < 14
     assert engine.block_manager.num_free_blocks == engine.config.num_kv_blocks
 
@@ -79,14 +82,19 @@ def test_greedy_with_speculation_equals_greedy_without(arch, spec):
 def test_rejected_drafts_give_back_their_blocks():
     """Regression guard for KV rollback: after every step a sequence holds only the blocks its
     tokens need, and rejections really happened."""
+
     def check(engine):
         bs = engine.config.block_size
         for seq in engine.scheduler.running:
             assert len(seq.block_table) <= -(-seq.num_tokens // bs)
             assert seq.num_computed_tokens <= seq.num_tokens
-    engine, _ = generate(ckpt("llama"), dict(block_size=2, speculative="draft", draft_model=draft_ckpt("llama"),
-                                             num_speculative_tokens=4),
-                         SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True), check)
+
+    engine, _ = generate(
+        ckpt("llama"),
+        dict(block_size=2, speculative="draft", draft_model=draft_ckpt("llama"), num_speculative_tokens=4),
+        SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+        check,
+    )
     assert engine.rejected_rows and engine.num_accepted_tokens < engine.num_draft_tokens
 
 
@@ -115,12 +123,15 @@ def joint_counts(options, n=1500, top_k=4):
     """(first, second) generated token of n seeded requests (max_tokens 3 leaves room for one draft) -> counts over the top-k x top-k cells."""
     engine = LLMEngine.from_options(ckpt("llama"), max_num_seqs=512, **options)
     for i in range(n):
-        engine.add_request(str(i), [11, 12, 11, 12, 11], SamplingParams(temperature=1.0, top_k=top_k, seed=i,
-                                                                          max_tokens=3, ignore_eos=True))
+        engine.add_request(
+            str(i),
+            [11, 12, 11, 12, 11],
+            SamplingParams(temperature=1.0, top_k=top_k, seed=i, max_tokens=3, ignore_eos=True),
+        )
     pairs = []
     while engine.has_unfinished_requests():
         pairs += [tuple(o.token_ids[:2]) for o in engine.step()]
-    assert not options or engine.num_draft_tokens == n    # every second token went through verification
+    assert not options or engine.num_draft_tokens == n  # every second token went through verification
     return pairs
 
 
@@ -131,7 +142,7 @@ def test_sampled_tokens_keep_their_distribution_under_speculation():
     cells = sorted(set(plain) | set(spec))
     a = torch.tensor([plain.count(c) for c in cells], dtype=torch.float64)
     b = torch.tensor([spec.count(c) for c in cells], dtype=torch.float64)
-    keep = (a + b) >= 10                         # pool sparse cells
+    keep = (a + b) >= 10  # pool sparse cells
     a, b = torch.cat([a[keep], a[~keep].sum(0, keepdim=True)]), torch.cat([b[keep], b[~keep].sum(0, keepdim=True)])
     total = a + b
     stat = float((((a - total / 2) ** 2 + (b - total / 2) ** 2) / (total / 2)).nansum())
@@ -146,6 +157,10 @@ def test_draft_shadow_never_schedules_an_empty_forward():
     """Regression: when the target's tokens were all already computed by the draft (a step that
     proposed nothing), the shadow was scheduled with 0 new tokens and the draft forward crashed.
     Staggered arrivals under a 24-token chunk budget reach that state."""
-    row = check_tinyserve.check_case("llama", "float32", "staggered4",
-                                     check_tinyserve.engine_options(True, True, 4, **check_tinyserve.PART2["spec-draft"]))
+    row = check_tinyserve.check_case(
+        "llama",
+        "float32",
+        "staggered4",
+        check_tinyserve.engine_options(True, True, 4, **check_tinyserve.PART2["spec-draft"]),
+    )
     assert row["ok"] and row["text_ok"], row

@@ -1,14 +1,15 @@
 """tinyserve tensor parallelism (2 gloo processes on CPU): tokens, logprobs and gathered taps equal TP=1."""
+
 import pytest
 import torch
-
-from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tinyserve import LLMEngine, SamplingParams
 from tinyserve.config import ModelConfig
 from tinyserve.distributed.loader import shard_config, shard_tensor
-from tools.checkpoints import ensure_checkpoint
+
+from benchmark.subjects import check_tinyserve  # noqa: F401  (puts the subject on sys.path)
 from tools.engines.protocol import RunJob
 from tools.engines.runner import DIFFDX_ROOT, run_engine
+from tools.probe.checkpoints import ensure_checkpoint
 from tools.scenario import from_dict
 
 torch.set_num_threads(1)
@@ -29,9 +30,15 @@ def test_fused_qkv_shards_follow_heads_with_gqa():
 
 
 def generate(arch, dtype, tp, prompts):
-    engine = LLMEngine.from_options(str(ensure_checkpoint({"arch": arch, "seed": 0})), dtype=dtype,
-                                    tensor_parallel_size=tp, block_size=4, enable_prefix_caching=True,
-                                    enable_chunked_prefill=True, max_num_batched_tokens=32)
+    engine = LLMEngine.from_options(
+        str(ensure_checkpoint({"arch": arch, "seed": 0})),
+        dtype=dtype,
+        tensor_parallel_size=tp,
+        block_size=4,
+        enable_prefix_caching=True,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=32,
+    )
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))
     outs = {}
@@ -54,19 +61,32 @@ def test_tp2_tokens_and_logprobs_equal_tp1(arch):
 
 def test_tp2_gathered_taps_equal_tp1_taps():
     def scenario(tp):
-        return from_dict({"model": {"arch": "qwen2", "seed": 0},
-                          "target": {"engine": "tinyserve", "dtype": "float32",
-                                     "options": {"tensor_parallel_size": tp, "block_size": 4}},
-                          "workload": {"requests": [{"prompt_ids": list(range(40, 63)), "max_tokens": 4},
-                                                    {"prompt_ids": [5, 6, 7], "max_tokens": 3, "arrival_step": 1}]}})
+        return from_dict(
+            {
+                "model": {"arch": "qwen2", "seed": 0},
+                "target": {
+                    "engine": "tinyserve",
+                    "dtype": "float32",
+                    "options": {"tensor_parallel_size": tp, "block_size": 4},
+                },
+                "workload": {
+                    "requests": [
+                        {"prompt_ids": list(range(40, 63)), "max_tokens": 4},
+                        {"prompt_ids": [5, 6, 7], "max_tokens": 3, "arrival_step": 1},
+                    ]
+                },
+            }
+        )
+
     traces = []
     for tp in (1, 2):
         sc = scenario(tp)
         traces.append(run_engine(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model))), SOURCE_ROOT))
     one, two = traces
     assert two.meta["tp"]["size"] == 2 and [o.output_ids for o in two.outputs] == [o.output_ids for o in one.outputs]
-    assert [(r.name, r.step, r.request, r.positions) for r in two.records] == \
-           [(r.name, r.step, r.request, r.positions) for r in one.records]
+    assert [(r.name, r.step, r.request, r.positions) for r in two.records] == [
+        (r.name, r.step, r.request, r.positions) for r in one.records
+    ]
     for a, b in zip(one.records, two.records):
         assert a.tensor.shape == b.tensor.shape, a.name
         torch.testing.assert_close(b.tensor, a.tensor, rtol=1e-4, atol=1e-5, msg=a.name)

@@ -1,6 +1,7 @@
 """The transformers-subject cases are authored by benchmark/authoring/transformers_cases.py and
 use the independent refmodel as their reference (issue 12): the committed repro.toml of every
 case is what the script writes (the patches are checked by benchmark.validate)."""
+
 from pathlib import Path
 
 import pytest

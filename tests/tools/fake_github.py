@@ -1,6 +1,7 @@
 """An in-process HTTP server shaped like the GitHub REST API, for tests (not a mock: the
 client under test talks real HTTP to it). It serves a few issues, records every request and
 what was posted, and can answer the next N requests with a rate-limit response."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ class FakeGitHub:
         self.issues = {i["number"]: dict(i) for i in issues}
         self.comments: dict[int, list[dict]] = {}
         self.labels: dict[int, list[str]] = {}
-        self.requests: list[tuple[str, str, dict]] = []     # (method, path, headers)
-        self.rate_limit_next = 0                            # answer this many requests with 429
+        self.requests: list[tuple[str, str, dict]] = []  # (method, path, headers)
+        self.rate_limit_next = 0  # answer this many requests with 429
         self.rate_limit_headers = {"Retry-After": "0"}
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -66,7 +67,7 @@ class FakeGitHub:
 
     def _page(self, page: int):
         items = sorted(self.issues.values(), key=lambda i: i["number"])
-        chunk = items[(page - 1) * self.page_size: page * self.page_size]
+        chunk = items[(page - 1) * self.page_size : page * self.page_size]
         headers = {}
         if page * self.page_size < len(items):
             headers["Link"] = f'<{self.url}/repos/{self.repo}/issues?page={page + 1}>; rel="next"'
@@ -100,4 +101,5 @@ def _handler(fake: FakeGitHub):
 
         def log_message(self, *args):
             pass
+
     return Handler

@@ -1,4 +1,5 @@
 """Process-tree helpers for the clean-run tests, read from /proc (Linux)."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ def stat_fields(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def alive(pid: int) -> bool:

@@ -1,9 +1,8 @@
 """Divergence pattern clues (pure)."""
-import torch
 
-from tools.compare import Divergence
 from tools.drilldown import describe, divergence_pattern
-from tools.probe import ProbeResult
+from tools.probe.compare import Divergence
+from tools.probe.prober import ProbeResult
 
 
 def result(first):

@@ -1,5 +1,6 @@
 """Up-front checks (tools/preflight.py), in process: each bad input is refused with a line that
 says what to change; good input passes and names the source tree to use."""
+
 from pathlib import Path
 
 import pytest

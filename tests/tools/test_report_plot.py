@@ -1,15 +1,17 @@
 """The divergence plot: titled with the issue, target, dtype and trigger; layers banded; big models legible."""
+
 import torch
 
-from tools.compare import Divergence, TapStat
-from tools.probe import ProbeResult
+from tools.probe.compare import Divergence, TapStat
+from tools.probe.prober import ProbeResult
+from tools.probe.taps import LAYER_TAPS
 from tools.report import layer_bands, plot_divergence, plot_title
-from tools.taps import LAYER_TAPS
 
 
 def stat(tap, ratio):
-    return TapStat(tap, 0, [0, 1], [0, 0], torch.tensor([1.0, ratio], dtype=torch.float64), torch.zeros(2),
-                   torch.zeros(2))
+    return TapStat(
+        tap, 0, [0, 1], [0, 0], torch.tensor([1.0, ratio], dtype=torch.float64), torch.zeros(2), torch.zeros(2)
+    )
 
 
 def model_stats(layers: int, bad_layer: int):
@@ -33,7 +35,7 @@ def test_layer_bands_follow_runs_of_one_layer():
 
 
 def test_plots_small_and_large_models(tmp_path):
-    for layers in (2, 40):       # tap labels for a small model, layer labels for a 40-layer one
+    for layers in (2, 40):  # tap labels for a small model, layer labels for a 40-layer one
         path = tmp_path / f"divergence-{layers}.png"
         assert plot_divergence(model_stats(layers, 1), path, [0], "layers.1.mlp.act", title=f"Issue 1: {layers}")
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

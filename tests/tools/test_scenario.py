@@ -1,4 +1,5 @@
 """Scenario contract: parsing, defaults and clear errors."""
+
 import pytest
 
 from tools.scenario import ScenarioError, from_dict, loads
@@ -31,14 +32,17 @@ def test_good_scenario_round_trips():
     assert from_dict(sc.to_dict()) == sc
 
 
-@pytest.mark.parametrize("text,message", [
-    ("[model]\narch='llama'\n", "target"),
-    (GOOD.replace('dtype = "bfloat16"', 'dtype = "bf16"'), "dtype"),
-    (GOOD.replace("max_tokens = 4", "max_tokens = 0"), "max_tokens"),
-    (GOOD.replace("temperature", "temprature"), "unknown sampling keys"),
-    (GOOD.replace('prompt = "hello"', 'prompt = "hello"\nprompt_ids = [1]'), "exactly one"),
-    ("[model\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[model]\narch='llama'\n", "target"),
+        (GOOD.replace('dtype = "bfloat16"', 'dtype = "bf16"'), "dtype"),
+        (GOOD.replace("max_tokens = 4", "max_tokens = 0"), "max_tokens"),
+        (GOOD.replace("temperature", "temprature"), "unknown sampling keys"),
+        (GOOD.replace('prompt = "hello"', 'prompt = "hello"\nprompt_ids = [1]'), "exactly one"),
+        ("[model\n", "not valid TOML"),
+    ],
+)
 def test_malformed_scenarios_say_why(text, message):
     with pytest.raises(ScenarioError, match=message):
         loads(text)

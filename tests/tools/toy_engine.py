@@ -5,6 +5,7 @@ folder on $PYTHONPATH, exactly as a user registers their own adapter (docs/engin
 it through the same checks as the built-in engines. It reads the HF-format checkpoint diffdx
 writes (safetensors + config.json + tokenizer.json) and reports canonical taps.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,16 @@ from pathlib import Path
 import torch
 
 from tools.engines.protocol import Capabilities, RunJob
+from tools.probe.taps import matches, order_key
+from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec
-from tools.taps import matches, order_key
-from tools.trace import RequestOutput, TapRecord, Trace
 
-TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
-                "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 class ToyEngine:
@@ -40,14 +45,20 @@ class ToyEngine:
                 model.forward(seq, Tapper(taps, job.taps, r, 0, 0))
             else:
                 seq = generate(model, prompt, req, Tapper(taps, job.taps, r, 0, 0))
-            outputs.append(RequestOutput(prompt_ids=prompt, output_ids=seq[len(prompt):],
-                                         text=model.decode(seq[len(prompt):])))
+            outputs.append(
+                RequestOutput(prompt_ids=prompt, output_ids=seq[len(prompt) :], text=model.decode(seq[len(prompt) :]))
+            )
         taps.sort(key=lambda t: (t.step, order_key(t.name), t.request))
-        return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=taps,
-                     meta={"teacher_forced": job.teacher is not None})
+        return Trace(
+            engine=self.name,
+            dtype=job.spec.dtype,
+            outputs=outputs,
+            records=taps,
+            meta={"teacher_forced": job.teacher is not None},
+        )
 
 
-def generate(model: "ToyLlama", prompt: list[int], req, tapper: "Tapper") -> list[int]:
+def generate(model: ToyLlama, prompt: list[int], req, tapper: Tapper) -> list[int]:
     """Greedy decoding; each step re-runs the whole sequence and reports only its new rows."""
     seq = list(prompt)
     for step in range(req.max_tokens):
@@ -65,9 +76,9 @@ class Tapper:
     def __init__(self, out: list[TapRecord], patterns, request: int, step: int, first_row: int):
         self.out, self.patterns, self.request, self.step, self.first_row = out, patterns, request, step, first_row
 
-    def __call__(self, name: str, x: torch.Tensor) -> None:   # x: [T, F]
+    def __call__(self, name: str, x: torch.Tensor) -> None:  # x: [T, F]
         if matches(name, self.patterns):
-            rows = x[self.first_row:].detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+            rows = x[self.first_row :].detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32)
             positions = list(range(self.first_row, x.shape[0]))
             self.out.append(TapRecord(name, self.step, self.request, positions, rows.clone()))
 
@@ -81,7 +92,7 @@ class ToyLlama:
         if self.cfg["model_type"] != "llama":
             raise ValueError(f"the toy engine runs llama only, not {self.cfg['model_type']!r}")
         self.w = {k: v.to(dtype) for k, v in load_file(str(Path(checkpoint) / "model.safetensors")).items()}
-        self.w.setdefault("lm_head.weight", self.w["model.embed_tokens.weight"])   # tied embeddings
+        self.w.setdefault("lm_head.weight", self.w["model.embed_tokens.weight"])  # tied embeddings
         self.tok = Tokenizer.from_file(str(Path(checkpoint) / "tokenizer.json"))
         self.eos = self.cfg.get("eos_token_id")
 
@@ -92,12 +103,15 @@ class ToyLlama:
         return self.tok.decode(ids, skip_special_tokens=True)
 
     @torch.no_grad()
-    def forward(self, ids: list[int], tap) -> torch.Tensor:   # -> [T, vocab]
+    def forward(self, ids: list[int], tap) -> torch.Tensor:  # -> [T, vocab]
         c, w = self.cfg, self.w
         x = w["model.embed_tokens.weight"][torch.tensor(ids)]
         tap("embed", x)
-        cos, sin = rope(len(ids), c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-                        c.get("rope_parameters", {}).get("rope_theta", c.get("rope_theta", 10000.0)))
+        cos, sin = rope(
+            len(ids),
+            c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+            c.get("rope_parameters", {}).get("rope_theta", c.get("rope_theta", 10000.0)),
+        )
         for i in range(c["num_hidden_layers"]):
             x = self.layer(x, i, cos, sin, lambda name, t, i=i: tap(f"layers.{i}.{name}", t))
         x = rms_norm(x, w["model.norm.weight"], c["rms_norm_eps"])
@@ -106,7 +120,7 @@ class ToyLlama:
         tap("logits", logits)
         return logits
 
-    def layer(self, x, i, cos, sin, tap):   # [T, F] -> [T, F]
+    def layer(self, x, i, cos, sin, tap):  # [T, F] -> [T, F]
         c, p = self.cfg, lambda name: self.w[f"model.layers.{i}.{name}.weight"]
         h = rms_norm(x, p("input_layernorm"), c["rms_norm_eps"])
         tap("attn_norm", h)
@@ -135,26 +149,26 @@ class ToyLlama:
         return x
 
 
-def rms_norm(x, weight, eps):   # [T, F] -> [T, F], statistics in fp32 or wider
+def rms_norm(x, weight, eps):  # [T, F] -> [T, F], statistics in fp32 or wider
     wide = x.to(torch.promote_types(x.dtype, torch.float32))
     return weight * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def rope(n: int, head_dim: int, theta: float):   # -> cos, sin: [T, head_dim] in fp32
+def rope(n: int, head_dim: int, theta: float):  # -> cos, sin: [T, head_dim] in fp32
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
 
 
-def apply_rope(x, n_heads, cos, sin):   # [T, H*D] -> [T, H*D]
+def apply_rope(x, n_heads, cos, sin):  # [T, H*D] -> [T, H*D]
     t = x.view(x.shape[0], n_heads, -1)
     half = t.shape[-1] // 2
     rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
     return (t * cos[:, None].to(t.dtype) + rotated * sin[:, None].to(t.dtype)).flatten(1)
 
 
-def causal_attention(q, k, v, n_heads, n_kv):   # [T, H*D], [T, KV*D] x2 -> [T, H*D]
+def causal_attention(q, k, v, n_heads, n_kv):  # [T, H*D], [T, KV*D] x2 -> [T, H*D]
     T = q.shape[0]
     q, k, v = (t.view(T, n, -1).transpose(0, 1) for t, n in ((q, n_heads), (k, n_kv), (v, n_kv)))
     k, v = k.repeat_interleave(n_heads // n_kv, 0), v.repeat_interleave(n_heads // n_kv, 0)

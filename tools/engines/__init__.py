@@ -11,6 +11,7 @@ An engine name in a scenario (`[target] engine = …`) or on the command line is
 Names resolve where the engine runs (the worker process), so an adapter that lives only in the
 tree under test is found there. `engine_capabilities` asks a worker what an engine can do.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,7 +28,7 @@ BUILTIN = {
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
 }
-ENGINES = BUILTIN     # the built-ins, under the name older callers import
+ENGINES = BUILTIN  # the built-ins, under the name older callers import
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
 
@@ -36,7 +37,7 @@ class UnknownEngineError(BadInput, KeyError):
     """An engine name that does not resolve; the message lists the names that do. Bad input
     (exit 2); a KeyError too, as registry lookups raise."""
 
-    def __str__(self) -> str:           # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -53,8 +54,10 @@ def engine_path(name: str) -> str:
         return known[name]
     if _IMPORT_PATH.match(name or ""):
         return name
-    raise UnknownEngineError(f"unknown engine {name!r}; known engines: {', '.join(sorted(known))}, "
-                             "or module:Class (an adapter importable from the worker's PYTHONPATH)")
+    raise UnknownEngineError(
+        f"unknown engine {name!r}; known engines: {', '.join(sorted(known))}, "
+        "or module:Class (an adapter importable from the worker's PYTHONPATH)"
+    )
 
 
 def get_engine(name: str):
@@ -64,9 +67,11 @@ def get_engine(name: str):
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):    # the adapter's module itself, not one it imports
-            raise UnknownEngineError(f"engine {name!r}: no module {module_name!r} on the worker's PYTHONPATH "
-                                     "(put its folder on $PYTHONPATH, or install the package)") from None
+        if e.name and module_name.startswith(e.name):  # the adapter's module itself, not one it imports
+            raise UnknownEngineError(
+                f"engine {name!r}: no module {module_name!r} on the worker's PYTHONPATH "
+                "(put its folder on $PYTHONPATH, or install the package)"
+            ) from None
         raise
     adapter = getattr(module, cls_name, None)
     if adapter is None:
@@ -96,9 +101,11 @@ def engine_capabilities(spec, source_root: str | Path | None = None, timeout: fl
             raise EngineRunError(f"{spec.engine} capabilities timed out after {timeout:.0f}s", "timeout") from None
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines() or ["no output"]
-            raise EngineRunError(f"{spec.engine} capabilities failed: {tail[-1][:300]}", "crash",
-                                 (proc.stdout + proc.stderr)[-4000:])
+            raise EngineRunError(
+                f"{spec.engine} capabilities failed: {tail[-1][:300]}", "crash", (proc.stdout + proc.stderr)[-4000:]
+            )
         fields = json.loads(proc.stdout.strip().splitlines()[-1])
-        _capabilities_cache[key] = Capabilities(**{k: tuple(v) if isinstance(v, list) else v
-                                                   for k, v in fields.items()})
+        _capabilities_cache[key] = Capabilities(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        )
     return _capabilities_cache[key]

@@ -18,6 +18,7 @@ it runs atexit handlers and joins its threads but skips the module teardown (sec
 orchestrator goes away (EOF on the zygote's stdin), the zygote kills every child's group,
 removes their run folders (unless DIFFDX_KEEP_TEMP is set) and exits.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -36,10 +37,11 @@ import tempfile
 import threading
 import traceback
 
-PRELOAD = ("torch", "numpy", "safetensors.torch")   # third-party only: never an engine's code
+PRELOAD = ("torch", "numpy", "safetensors.torch")  # third-party only: never an engine's code
 
 
 # ---- inside the zygote ------------------------------------------------------------------------
+
 
 class Zygote:
     """The zygote's loop: accept a run, fork it, report its pid and exit status."""
@@ -51,13 +53,13 @@ class Zygote:
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)   # a handler, so that the wakeup fd fires
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd fires
         self.wake_w = wake_w
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "child")
         self.sel.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
-        self.live: dict[int, tuple[socket.socket, dict]] = {}    # pid -> (connection, request)
+        self.live: dict[int, tuple[socket.socket, dict]] = {}  # pid -> (connection, request)
 
     def serve(self) -> dict | None:
         """Loop until the parent leaves (None) or, in a forked child, return the child's request."""
@@ -66,7 +68,7 @@ class Zygote:
                 if key.data == "accept":
                     request = self.accept()
                     if request is not None:
-                        return request          # we are the child
+                        return request  # we are the child
                 elif key.data == "child":
                     os.read(self.wake_r, 4096)
                     self.reap()
@@ -132,8 +134,11 @@ class Zygote:
     def become_child(self, conn: socket.socket, request: dict) -> None:
         """Drop everything of the zygote's; own session, stdin from /dev/null, output to the run's log."""
         signal.set_wakeup_fd(-1)
-        for sig, handler in ((signal.SIGCHLD, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL),
-                             (signal.SIGINT, signal.default_int_handler)):
+        for sig, handler in (
+            (signal.SIGCHLD, signal.SIG_DFL),
+            (signal.SIGTERM, signal.SIG_DFL),
+            (signal.SIGINT, signal.default_int_handler),
+        ):
             signal.signal(sig, handler)
         self.sel.close()
         for c, _ in self.live.values():
@@ -180,6 +185,7 @@ def _kill_group(pid: int) -> None:
 
 # ---- in the orchestrator ----------------------------------------------------------------------
 
+
 class ZygoteUnavailable(RuntimeError):
     """The zygote could not start or went away: run this engine as a plain subprocess instead."""
 
@@ -193,12 +199,14 @@ class ForkServer:
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
         self.lock = threading.Lock()
-        self.owner = os.getpid()      # a forked orchestrator must start its own
+        self.owner = os.getpid()  # a forked orchestrator must start its own
 
     def compatible(self, env: dict) -> bool:
         """A forked child keeps the zygote's interpreter flags: any PYTHON* setting but the path must match."""
+
         def flags(e):
             return {k: v for k, v in e.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
+
         return flags(env) == flags(self.env)
 
     def start(self) -> None:
@@ -208,21 +216,27 @@ class ForkServer:
             self.stop_locked()
             self.dir = tempfile.mkdtemp(prefix="diffdx-zygote-")
             sock = os.path.join(self.dir, "sock")
-            self.proc = subprocess.Popen([sys.executable, "-m", "tools.engines.forkserver", sock], env=self.env,
-                                         cwd=self.dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tools.engines.forkserver", sock],
+                env=self.env,
+                cwd=self.dir,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             atexit.register(self.stop)
             try:
                 ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
                 started = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
             except BaseException:
-                self.stop_locked()          # interrupted while it was starting
+                self.stop_locked()  # interrupted while it was starting
                 raise
             if not started:
                 self.stop_locked()
                 raise ZygoteUnavailable("the fork server did not start")
 
-    def spawn(self, module: str, args: list[str], env: dict, cwd: str, log: str) -> "ForkedRun":
+    def spawn(self, module: str, args: list[str], env: dict, cwd: str, log: str) -> ForkedRun:
         self.start()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -235,7 +249,7 @@ class ForkServer:
             conn.close()
             raise ZygoteUnavailable(f"the fork server did not answer: {e}") from None
         except BaseException:
-            conn.close()            # interrupted: the zygote kills a child whose connection closes
+            conn.close()  # interrupted: the zygote kills a child whose connection closes
             raise
         return ForkedRun(conn, pid)
 
@@ -271,9 +285,9 @@ class ForkedRun:
         self.conn.settimeout(timeout)
         try:
             line = _read_line(self.conn)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return None
-        if not line:             # the zygote died under us: make sure the worker goes too
+        if not line:  # the zygote died under us: make sure the worker goes too
             _kill_group(self.pid)
             raise ZygoteUnavailable(f"the fork server went away during run {self.pid}")
         return json.loads(line)["exit"]
@@ -293,6 +307,7 @@ class ForkedRun:
 
 # ---- inside a forked child: look like a fresh `python -m module` ------------------------------
 
+
 def fresh_sys_path(base: list[str], cwd: str, pythonpath: str) -> list[str]:
     """sys.path of `python -m` run in `cwd` with PYTHONPATH=pythonpath, given the interpreter's own
     entries `base` (stdlib, site-packages). Pure."""
@@ -304,6 +319,7 @@ def run_site_hooks(entries: list[str]) -> None:
     """A fresh interpreter imports the first sitecustomize/usercustomize on its path; the zygote
     imported its own already, so only one found on the run's new entries is left to import."""
     from importlib.machinery import PathFinder
+
     for name in ("sitecustomize", "usercustomize"):
         if PathFinder.find_spec(name, entries) is None:
             continue
@@ -357,7 +373,7 @@ def finish(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if code < 0:                     # died of a signal (Ctrl-C): say so the same way
+    if code < 0:  # died of a signal (Ctrl-C): say so the same way
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)
@@ -365,14 +381,14 @@ def finish(code: int) -> None:
 
 def main(sock_path: str) -> int:
     own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    base_path = [p for p in sys.path[1:] if p not in own]     # sys.path[0] is the zygote's cwd
+    base_path = [p for p in sys.path[1:] if p not in own]  # sys.path[0] is the zygote's cwd
     for name in PRELOAD:
         importlib.import_module(name)
     zygote = Zygote(sock_path)
     print("ready", flush=True)
     request = zygote.serve()
     if request is None:
-        shutil.rmtree(os.path.dirname(sock_path), ignore_errors=True)   # the orchestrator may be gone
+        shutil.rmtree(os.path.dirname(sock_path), ignore_errors=True)  # the orchestrator may be gone
         return 0
     run_child(request, base_path)
     return 0

@@ -5,7 +5,7 @@ starting: functions, class bodies, comprehensions, modules, generator resumption
 None, so no frame is ever traced line by line, and C calls (every torch op) raise no event at
 all; `threading.settrace` extends it to threads the engine starts. Names are
 `relpath:qualname`, nested functions as `outer.inner` (`co_qualname` without `<locals>`), as
-tools/source.py indexes them.
+tools/source/index.py indexes them.
 
 DIFFDX_COVERAGE selects the recorder; all three give the same set, except that the profile
 hook misses functions run in threads other than the main one:
@@ -17,6 +17,7 @@ hook misses functions run in threads other than the main one:
             (engine time of a coverage run, 2026-12-01, loaded machine: tinyserve 1.5-1.8 s
             against 0.6-0.9 s; transformers 44 s against 33-37 s for calls, 40-46 s profile).
 """
+
 from __future__ import annotations
 
 import os
@@ -56,7 +57,7 @@ def _traced(prefix: str, seen: set):
         for path in data.measured_files():
             if path.startswith(prefix):
                 entered = {-a for a, _ in data.arcs(path) or () if a < 0}
-                seen.update((path[len(prefix):], q) for q in functions_run(path, entered))
+                seen.update((path[len(prefix) :], q) for q in functions_run(path, entered))
 
 
 @contextmanager
@@ -65,7 +66,7 @@ def _profiled(prefix: str, seen: set):
         if event == "call":
             code = frame.f_code
             if code.co_filename.startswith(prefix):
-                seen.add((code.co_filename[len(prefix):], qualname(code)))
+                seen.add((code.co_filename[len(prefix) :], qualname(code)))
 
     sys.setprofile(profile)
     try:
@@ -79,7 +80,7 @@ def _calls(prefix: str, seen: set):
     def trace(frame, event, _arg):
         code = frame.f_code
         if code.co_filename.startswith(prefix):
-            seen.add((code.co_filename[len(prefix):], qualname(code)))
+            seen.add((code.co_filename[len(prefix) :], qualname(code)))
 
     threading.settrace(trace)
     sys.settrace(trace)

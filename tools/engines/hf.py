@@ -9,8 +9,9 @@ ids), so prefill chunks, decode steps, draft verifications and cache-less re-run
 give the rows a single-pass prefill gives; rows computed from rejected drafts are
 dropped (`latest_rows`). Options that cannot be tapped so are refused up front
 (hf_generate.REFUSED). With `RunJob.replace`, reference rows are injected at their
-taps (tensor replacement, tools/replace.py) by the same hooks.
+taps (tensor replacement, tools/probe/replace.py) by the same hooks.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,17 +20,31 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tools import taps as tapnames
 from tools.engines import hf_compat
-from tools.engines.hf_generate import (ACCEPTED, LOAD_ONLY, UnsupportedOption, assisted, check_options,
-                                       device_problem, forward_columns, generate_kwargs, left_pad, request_positions)
+from tools.engines.hf_generate import (
+    ACCEPTED,
+    LOAD_ONLY,
+    UnsupportedOption,
+    assisted,
+    check_options,
+    device_problem,
+    forward_columns,
+    generate_kwargs,
+    left_pad,
+    request_positions,
+)
 from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob
+from tools.probe import taps as tapnames
+from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec, Request
-from tools.trace import RequestOutput, TapRecord, Trace
 
-TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
-                "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 # Taps where reference rows can be injected: module outputs and inputs, and q/k after RoPE. Not
 # resid_mid: it is read as the input of a norm, while the layer adds its own copy of the residual.
 REPLACEABLE = ("embed", *(f"layers.*.{t}" for t in tapnames.LAYER_TAPS if t != "resid_mid"), "final_norm")
@@ -37,12 +52,17 @@ REPLACEABLE = ("embed", *(f"layers.*.{t}" for t in tapnames.LAYER_TAPS if t != "
 # HF module attribute -> canonical tap, per decoder layer. gemma2 names its norms differently.
 LAYER_MODULE_TAPS = {
     "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn.q", "self_attn.k_proj": "attn.k", "self_attn.v_proj": "attn.v",
+    "self_attn.q_proj": "attn.q",
+    "self_attn.k_proj": "attn.k",
+    "self_attn.v_proj": "attn.v",
     "self_attn.o_proj": "attn.o_proj",
-    "mlp.gate_proj": "mlp.gate", "mlp.up_proj": "mlp.up", "mlp.down_proj": "mlp.down",
+    "mlp.gate_proj": "mlp.gate",
+    "mlp.up_proj": "mlp.up",
+    "mlp.down_proj": "mlp.down",
 }
 SANDWICH_NORM_TAPS = {  # gemma2
-    "post_attention_layernorm": "attn.post_norm", "pre_feedforward_layernorm": "mlp_norm",
+    "post_attention_layernorm": "attn.post_norm",
+    "pre_feedforward_layernorm": "mlp_norm",
     "post_feedforward_layernorm": "mlp.post_norm",
 }
 PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
@@ -51,25 +71,26 @@ PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
 @dataclass
 class RowMap:
     """Which rows of a [batch, seq, F] forward belong to which request and position."""
-    requests: list[int]                     # batch row -> request index
-    positions: list[list[int]]              # batch row -> position of each seq column (-1 = padding)
+
+    requests: list[int]  # batch row -> request index
+    positions: list[list[int]]  # batch row -> position of each seq column (-1 = padding)
 
     def flat(self, seq: int) -> tuple[list[int], list[int]]:
         """Rows of x.reshape(B * seq, ...) -> (request, position) lists."""
-        return ([r for r in self.requests for _ in range(seq)],
-                [p for pos in self.positions for p in pos[-seq:]])
+        return ([r for r in self.requests for _ in range(seq)], [p for pos in self.positions for p in pos[-seq:]])
 
 
 @dataclass
 class TapRecorder:
     """Collects canonical tap records from hooks (and injects reference rows); one forward = one step."""
+
     patterns: list[str] | None
     inject: Injection | None = None
     records: list[TapRecord] = field(default_factory=list)
     step: int = 0
     rows: RowMap | None = None
     layer: int | None = None
-    active: bool = False                    # inside the tapped model's forward (not a draft model's)
+    active: bool = False  # inside the tapped model's forward (not a draft model's)
 
     def wants(self, tap: str) -> bool:
         return tapnames.matches(tap, self.patterns)
@@ -97,7 +118,7 @@ class TapRecorder:
 
 class HFEngine:
     name = "transformers"
-    package = "transformers"          # what a --target-source root must hold
+    package = "transformers"  # what a --target-source root must hold
 
     def accepted_options(self, source_root) -> set[str]:
         """The allow-list (tools/engines/hf_generate.py): options this adapter taps correctly;
@@ -136,6 +157,7 @@ class HFEngine:
         fed = [len(o.prompt_ids) + len(o.output_ids) - (job.teacher is None) for o in outputs]
         records = latest_rows(recorder.records, fed)
         import transformers
+
         meta = {"options": job.spec.options, "source": transformers.__file__, "device": job.device}
         if recorder.inject is not None:
             meta["replaced_rows"] = dict(recorder.inject.replaced)
@@ -161,8 +183,11 @@ def latest_rows(records: list[TapRecord], lengths: list[int]) -> list[TapRecord]
             last[(rec.name, rec.request, p)] = rec.step
     out = []
     for rec in ordered:
-        keep = [i for i, p in enumerate(rec.positions)
-                if last[(rec.name, rec.request, p)] == rec.step and p < lengths[rec.request]]
+        keep = [
+            i
+            for i, p in enumerate(rec.positions)
+            if last[(rec.name, rec.request, p)] == rec.step and p < lengths[rec.request]
+        ]
         if len(keep) == len(rec.positions):
             out.append(rec)
         elif keep:
@@ -175,9 +200,13 @@ def load_model(checkpoint: str, spec: EngineSpec, device: str):
 
     kwargs = {k: v for k, v in spec.options.items() if k in LOAD_ONLY}
     kwargs.setdefault("attn_implementation", "eager")
-    hf_compat.check_arch(checkpoint)   # release differences live in hf_compat
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]),
-                                                 **hf_compat.config_overrides(checkpoint), **kwargs)
+    hf_compat.check_arch(checkpoint)  # release differences live in hf_compat
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint,
+        **hf_compat.dtype_kwarg(TORCH_DTYPES[spec.dtype]),
+        **hf_compat.config_overrides(checkpoint),
+        **kwargs,
+    )
     model.to(device).eval()
     try:
         tok = AutoTokenizer.from_pretrained(checkpoint)
@@ -195,6 +224,7 @@ def prompt_ids(req: Request, tok) -> list[int]:
 
 
 # ---- hooks -----------------------------------------------------------------------------------
+
 
 @contextmanager
 def hooks_installed(model, rec: TapRecorder):
@@ -218,6 +248,7 @@ def _output_hook(rec: TapRecorder, tap: str):
         new = rec.touch(tap, x)
         if new is not x:
             return (new, *out[1:]) if isinstance(out, tuple) else new
+
     return hook
 
 
@@ -227,6 +258,7 @@ def _input_hook(rec: TapRecorder, tap: str):
         new = rec.touch(tap, x)
         if new is not x:
             return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
     return hook
 
 
@@ -238,8 +270,11 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
         tap = tapnames.layer_tap(i, name)
         if rec.hooks(tap):
             handles.append(layer.get_submodule(attr).register_forward_hook(_output_hook(rec, tap)))
-    inputs = {"self_attn.o_proj": "attn.out", "mlp.down_proj": "mlp.act",
-              ("pre_feedforward_layernorm" if sandwich else "post_attention_layernorm"): "resid_mid"}
+    inputs = {
+        "self_attn.o_proj": "attn.out",
+        "mlp.down_proj": "mlp.act",
+        ("pre_feedforward_layernorm" if sandwich else "post_attention_layernorm"): "resid_mid",
+    }
     for attr, name in inputs.items():
         tap = tapnames.layer_tap(i, name)
         if rec.hooks(tap):
@@ -250,13 +285,14 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
 
     def enter_attn(_mod, _args, _kwargs):
         rec.layer = i
+
     handles.append(layer.self_attn.register_forward_pre_hook(enter_attn, with_kwargs=True))
     return handles
 
 
 def _global_hooks(model, rec: TapRecorder) -> list:
     handles = []
-    if rec.hooks("embed"):   # the first layer's input: gemma2 before 5.x scales it after embed_tokens
+    if rec.hooks("embed"):  # the first layer's input: gemma2 before 5.x scales it after embed_tokens
         handles.append(model.model.layers[0].register_forward_pre_hook(_input_hook(rec, "embed"), with_kwargs=True))
     if rec.hooks("final_norm"):
         handles.append(model.model.norm.register_forward_hook(_output_hook(rec, "final_norm")))
@@ -266,6 +302,7 @@ def _global_hooks(model, rec: TapRecorder) -> list:
 
     def leave(_mod, _args, _out):
         rec.active = False
+
     handles.append(model.model.register_forward_pre_hook(enter, with_kwargs=True))
     handles.append(model.model.register_forward_hook(leave))
     return handles
@@ -284,8 +321,10 @@ def _wrap_rotary(model, rec: TapRecorder):
     def wrapped(q, k, *args, **kwargs):
         q_rot, k_rot = original(q, k, *args, **kwargs)
         if rec.active and rec.layer is not None:
-            q_rot, k_rot = (_touch_heads(rec, tapnames.layer_tap(rec.layer, tap), x)
-                            for tap, x in (("attn.q_rot", q_rot), ("attn.k_rot", k_rot)))
+            q_rot, k_rot = (
+                _touch_heads(rec, tapnames.layer_tap(rec.layer, tap), x)
+                for tap, x in (("attn.q_rot", q_rot), ("attn.k_rot", k_rot))
+            )
         return q_rot, k_rot
 
     module.apply_rotary_pos_emb = wrapped
@@ -304,6 +343,7 @@ def _touch_heads(rec: TapRecorder, tap: str, x: torch.Tensor) -> torch.Tensor:
 
 # ---- running ---------------------------------------------------------------------------------
 
+
 def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:
     """Re-run each request's full sequence in one forward pass (step 0)."""
     outputs = []
@@ -314,13 +354,18 @@ def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorde
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0]
         _record_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
-        outputs.append(RequestOutput(prompt_ids=list(seq[:n_prompt]), output_ids=list(seq[n_prompt:]),
-                                     logprobs=_chosen_logprobs(logits, seq, n_prompt)))
+        outputs.append(
+            RequestOutput(
+                prompt_ids=list(seq[:n_prompt]),
+                output_ids=list(seq[n_prompt:]),
+                logprobs=_chosen_logprobs(logits, seq, n_prompt),
+            )
+        )
     return outputs
 
 
 def _record_head(rec: TapRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request):
-    from tools.sampling_ref import processed_logits
+    from tools.probe.sampling_ref import processed_logits
 
     positions = list(range(len(seq)))
     if rec.wants("logits"):
@@ -368,7 +413,7 @@ def generate_batch(model, job, prompts, members, rec, step0, outputs, assistant=
     req = job.scenario.requests[members[0]]
     ids, mask, pads = left_pad([prompts[r] for r in members], model.config.pad_token_id or 0)
     width = ids.shape[1]
-    computed_at: dict[int, int] = {}     # padded column -> last step that computed it
+    computed_at: dict[int, int] = {}  # padded column -> last step that computed it
     calls = [0]
 
     def pre_forward(_mod, _args, kwargs):
@@ -379,12 +424,15 @@ def generate_batch(model, job, prompts, members, rec, step0, outputs, assistant=
         computed_at.update(dict.fromkeys(columns, rec.step))
 
     if req.sampling.get("ignore_eos"):
-        model.generation_config.eos_token_id = None   # else generate() fills it back in from here
+        model.generation_config.eos_token_id = None  # else generate() fills it back in from here
     handle = model.model.register_forward_pre_hook(pre_forward, with_kwargs=True)
     try:
         with torch.no_grad():
-            out = model.generate(input_ids=ids.to(job.device), attention_mask=mask.to(job.device),
-                                 **generate_kwargs(req, job.spec.options, model, assistant))
+            out = model.generate(
+                input_ids=ids.to(job.device),
+                attention_mask=mask.to(job.device),
+                **generate_kwargs(req, job.spec.options, model, assistant),
+            )
     finally:
         handle.remove()
     out = hf_compat.with_logits(out)
@@ -406,7 +454,7 @@ def cut_at_eos(tokens: list[int], eos: set[int]) -> tuple[list[int], str]:
     """Generated ids of a batch row -> ids up to and including the first EOS (the rest is padding)."""
     for i, t in enumerate(tokens):
         if t in eos:
-            return tokens[:i + 1], "stop"
+            return tokens[: i + 1], "stop"
     return tokens, "length"
 
 
@@ -417,8 +465,12 @@ def _record_generate_head(rec, out, members, prompts, steps: list[int], width):
         for b, r in enumerate(members):
             pos = [len(prompts[r]) - 1 + k]
             tok = torch.tensor([[float(out.sequences[b, width + k])]])
-            rows = {"logits": raw[b:b + 1], "sampler.logits": scores[b:b + 1],
-                    "sampler.probs": torch.softmax(scores[b:b + 1].double(), -1), "sampler.token": tok}
+            rows = {
+                "logits": raw[b : b + 1],
+                "sampler.logits": scores[b : b + 1],
+                "sampler.probs": torch.softmax(scores[b : b + 1].double(), -1),
+                "sampler.token": tok,
+            }
             for name, x in rows.items():
                 if rec.wants(name):
                     rec.records.append(TapRecord(name, steps[k], r, pos, x.detach().double().clone()))

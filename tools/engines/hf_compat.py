@@ -12,6 +12,7 @@ Two sides:
 A release that cannot run the scenario raises; the runner turns that into an EngineRunError,
 which the bisection takes as a skip.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 # Packages transformers checks at import (dependency_versions_check.py), named as in its table.
-RUNTIME_CHECKED = ("tokenizers", "huggingface-hub", "numpy", "safetensors", "tqdm", "regex", "requests",
-                   "packaging", "filelock", "pyyaml", "accelerate")
+RUNTIME_CHECKED = (
+    "tokenizers",
+    "huggingface-hub",
+    "numpy",
+    "safetensors",
+    "tqdm",
+    "regex",
+    "requests",
+    "packaging",
+    "filelock",
+    "pyyaml",
+    "accelerate",
+)
 # Releases that import a package their table does not require (4.51.0 fails to load without it).
 EXTRA_NEEDS = {"4.51.0": ("accelerate",)}
 VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
@@ -90,7 +102,7 @@ def dependency_paths(tree: str | Path | None) -> list[str]:
     reqs = missing_requirements(Path(tree))
     if not reqs:
         return []
-    from tools.checkpoints import cache_root
+    from tools.probe.checkpoints import cache_root
 
     key = hashlib.sha256(repr((sys.version_info[:2], reqs)).encode()).hexdigest()[:16]
     out = cache_root() / "hf-deps" / key
@@ -104,23 +116,37 @@ def _install(reqs: list[str], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".install-", dir=out.parent))
     try:
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-input",
-               "--disable-pip-version-check", "--target", str(tmp), *reqs]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--target",
+            str(tmp),
+            *reqs,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             last = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-            raise ReleaseDependencyError(f"cannot install {' '.join(reqs)} for this transformers release: "
-                                         f"{last[-1][:200] if last else 'pip failed'}")
+            raise ReleaseDependencyError(
+                f"cannot install {' '.join(reqs)} for this transformers release: "
+                f"{last[-1][:200] if last else 'pip failed'}"
+            )
         (tmp / ".complete").write_text("\n".join(reqs) + "\n")
         try:
             tmp.rename(out)
-        except OSError:   # another run installed the same set first
+        except OSError:  # another run installed the same set first
             pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- inside the worker -------------------------------------------------------------------------
+
 
 def major() -> int:
     import transformers
@@ -140,7 +166,7 @@ def release_compat_keys(config: dict) -> dict:
         extra["rope_theta"] = rope["rope_theta"]
     if isinstance(rope, dict) and rope.get("rope_type", "default") != "default" and not config.get("rope_scaling"):
         scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-        extra["rope_scaling"] = {**scaling, "type": rope["rope_type"]}   # 4.36–4.41 read "type"
+        extra["rope_scaling"] = {**scaling, "type": rope["rope_type"]}  # 4.36–4.41 read "type"
     return extra
 
 
@@ -153,7 +179,7 @@ def config_overrides(checkpoint: str) -> dict:
     if major() >= 5:
         return {}
     config = json.loads((Path(checkpoint) / "config.json").read_text())
-    return {k: v for k, v in release_compat_keys(config).items() if k != "torch_dtype"}   # dtype: dtype_kwarg
+    return {k: v for k, v in release_compat_keys(config).items() if k != "torch_dtype"}  # dtype: dtype_kwarg
 
 
 def dtype_kwarg(dtype) -> dict:
@@ -182,8 +208,12 @@ def generate_options(kwargs: dict, model) -> dict:
     if "output_logits" in kwargs and not hasattr(GenerationConfig(), "output_logits"):
         kwargs = {k: v for k, v in kwargs.items() if k != "output_logits"}
     cfg, default_cache = kwargs.get("generation_config"), getattr(model.config, "cache_implementation", None)
-    if cfg is not None and default_cache and not getattr(cfg, "cache_implementation", None) \
-            and "cache_implementation" not in kwargs:
+    if (
+        cfg is not None
+        and default_cache
+        and not getattr(cfg, "cache_implementation", None)
+        and "cache_implementation" not in kwargs
+    ):
         cfg.cache_implementation = default_cache
     return kwargs
 

@@ -5,6 +5,7 @@ the same rows a single-pass prefill gives) or refused up front with a one-line r
 an option that changes how `generate` calls the forward, or which scores it reports,
 would otherwise give taps that do not line up with the reference, or a crash.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,13 +15,13 @@ import torch
 from tools.errors import BadInput
 from tools.scenario import Request
 
-LOAD_ONLY = {"attn_implementation"}                   # options that go to from_pretrained
+LOAD_ONLY = {"attn_implementation"}  # options that go to from_pretrained
 
 # Options that go to generate() and are tapped correctly (rows follow each forward's positions).
 ACCEPTED = {
     "prefill_chunk_size": "prefill in chunks of this many tokens (one forward per chunk)",
-    "cache_implementation": "KV cache kind: " + ", ".join(("dynamic", "offloaded", "static", "offloaded_static",
-                                                           "sliding_window", "hybrid")),
+    "cache_implementation": "KV cache kind: "
+    + ", ".join(("dynamic", "offloaded", "static", "offloaded_static", "sliding_window", "hybrid")),
     "max_cache_len": "length of a static cache",
     "use_cache": "false: every step re-runs the whole sequence",
     "prompt_lookup_num_tokens": "assisted decoding with n-gram drafts from the prompt (one request per batch)",
@@ -32,33 +33,82 @@ ACCEPTED = {
     "disable_compile": "true only: taps are read from the eager forward",
 }
 CACHE_IMPLEMENTATIONS = ("dynamic", "offloaded", "static", "offloaded_static", "sliding_window", "hybrid")
-ASSISTED = ("prompt_lookup_num_tokens", "assistant_model")   # either one: batches of one request
+ASSISTED = ("prompt_lookup_num_tokens", "assistant_model")  # either one: batches of one request
 
 _BEAMS = "beam search keeps several hypotheses per request; taps assume one sequence per request"
 _SAMPLING = "set it per request under [[workload.requests]] sampling, where the reference sees it too"
-_PROCESSOR = "a logits processor the reference sampler (tools/sampling_ref.py) does not model"
+_PROCESSOR = "a logits processor the reference sampler (tools/probe/sampling_ref.py) does not model"
 _ADAPTER = "the adapter sets it itself"
 REFUSED = {
-    **dict.fromkeys(("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "early_stopping",
-                     "constraints", "force_words_ids"), _BEAMS),
+    **dict.fromkeys(
+        (
+            "num_beams",
+            "num_beam_groups",
+            "diversity_penalty",
+            "length_penalty",
+            "early_stopping",
+            "constraints",
+            "force_words_ids",
+        ),
+        _BEAMS,
+    ),
     "num_return_sequences": "several sequences per request; taps assume one",
-    "penalty_alpha": "contrastive search re-runs the forward on candidate tokens", "low_memory": "contrastive search",
+    "penalty_alpha": "contrastive search re-runs the forward on candidate tokens",
+    "low_memory": "contrastive search",
     "dola_layers": "DoLa contrasts early-exit layers: its scores are not the model's logits",
     "guidance_scale": "classifier-free guidance doubles the batch with unconditional rows",
     "assistant_early_exit": "self-speculation runs the model's own early layers as a draft, mixing their taps in",
-    "use_mtp": "multi-token-prediction drafts are not modelled", "speculation_type": "not modelled",
-    **dict.fromkeys(("assistant_lookbehind", "target_lookbehind", "assistant_ensemble_weight"),
-                    "assisted decoding with a different tokenizer or mixed distributions is not modelled"),
-    **dict.fromkeys(("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens",
-                     "stop_strings"), _SAMPLING),
-    **dict.fromkeys(("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h", "no_repeat_ngram_size",
-                     "encoder_no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens",
-                     "forced_bos_token_id", "forced_eos_token_id", "sequence_bias", "exponential_decay_length_penalty",
-                     "encoder_repetition_penalty", "renormalize_logits", "remove_invalid_values", "watermarking_config",
-                     "min_length", "min_new_tokens", "token_healing"), _PROCESSOR),
-    **dict.fromkeys(("max_length", "eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id",
-                     "output_attentions", "output_hidden_states", "output_scores", "output_logits",
-                     "return_dict_in_generate", "is_assistant"), _ADAPTER),
+    "use_mtp": "multi-token-prediction drafts are not modelled",
+    "speculation_type": "not modelled",
+    **dict.fromkeys(
+        ("assistant_lookbehind", "target_lookbehind", "assistant_ensemble_weight"),
+        "assisted decoding with a different tokenizer or mixed distributions is not modelled",
+    ),
+    **dict.fromkeys(
+        ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "stop_strings"),
+        _SAMPLING,
+    ),
+    **dict.fromkeys(
+        (
+            "typical_p",
+            "epsilon_cutoff",
+            "eta_cutoff",
+            "top_h",
+            "no_repeat_ngram_size",
+            "encoder_no_repeat_ngram_size",
+            "bad_words_ids",
+            "suppress_tokens",
+            "begin_suppress_tokens",
+            "forced_bos_token_id",
+            "forced_eos_token_id",
+            "sequence_bias",
+            "exponential_decay_length_penalty",
+            "encoder_repetition_penalty",
+            "renormalize_logits",
+            "remove_invalid_values",
+            "watermarking_config",
+            "min_length",
+            "min_new_tokens",
+            "token_healing",
+        ),
+        _PROCESSOR,
+    ),
+    **dict.fromkeys(
+        (
+            "max_length",
+            "eos_token_id",
+            "pad_token_id",
+            "bos_token_id",
+            "decoder_start_token_id",
+            "output_attentions",
+            "output_hidden_states",
+            "output_scores",
+            "output_logits",
+            "return_dict_in_generate",
+            "is_assistant",
+        ),
+        _ADAPTER,
+    ),
     "max_time": "stops at a wall-clock limit, so outputs are not reproducible",
     "compile_config": "taps are read by hooks on the eager forward; a compiled forward hides them",
     "cache_config": "quantized KV caches are lossy by design (no noise floor covers them)",
@@ -91,8 +141,13 @@ def option_problem(key: str, value) -> str | None:
         return f"cache kind not tapped (lossy or unknown); accepted: {', '.join(CACHE_IMPLEMENTATIONS)}"
     if key == "disable_compile" and value is not True:
         return ACCEPTED[key]
-    if key in ("prefill_chunk_size", "max_cache_len", "prompt_lookup_num_tokens", "max_matching_ngram_size",
-               "num_assistant_tokens") and not (isinstance(value, int) and value > 0):
+    if key in (
+        "prefill_chunk_size",
+        "max_cache_len",
+        "prompt_lookup_num_tokens",
+        "max_matching_ngram_size",
+        "num_assistant_tokens",
+    ) and not (isinstance(value, int) and value > 0):
         return "expected a positive integer"
     if key == "assistant_model" and value != "self" and not Path(str(value)).is_dir():
         return ACCEPTED[key] + " (no such directory)"
@@ -103,8 +158,10 @@ def device_problem(options: dict, device: str) -> str | None:
     """Options transformers itself can only run on a GPU -> a one-line refusal on other devices."""
     cache = options.get("cache_implementation", "")
     if cache.startswith("offloaded") and not device.startswith("cuda"):
-        return (f"transformers option cache_implementation = {cache!r} needs a CUDA device "
-                f"(it moves cache layers between CPU and GPU); this run is on {device!r}")
+        return (
+            f"transformers option cache_implementation = {cache!r} needs a CUDA device "
+            f"(it moves cache layers between CPU and GPU); this run is on {device!r}"
+        )
     return None
 
 
@@ -153,20 +210,28 @@ def generate_kwargs(req: Request, options: dict, model, assistant=None) -> dict:
     if "seed" in s:
         torch.manual_seed(int(s["seed"]))
     # disable_compile: hooks read the eager forward (transformers compiles static caches on a GPU)
-    extra = {"disable_compile": True,
-             **{k: v for k, v in options.items() if k not in LOAD_ONLY and k != "assistant_model"}}
+    extra = {
+        "disable_compile": True,
+        **{k: v for k, v in options.items() if k not in LOAD_ONLY and k != "assistant_model"},
+    }
     cfg = GenerationConfig(
-        max_new_tokens=req.max_tokens, do_sample=temperature > 0,
+        max_new_tokens=req.max_tokens,
+        do_sample=temperature > 0,
         temperature=temperature if temperature > 0 else 1.0,
-        top_k=int(s.get("top_k", 0)), top_p=float(s.get("top_p", 1.0)),   # 0, not None: None means 50
-        min_p=s.get("min_p"), repetition_penalty=float(s.get("repetition_penalty", 1.0)),
+        top_k=int(s.get("top_k", 0)),
+        top_p=float(s.get("top_p", 1.0)),  # 0, not None: None means 50
+        min_p=s.get("min_p"),
+        repetition_penalty=float(s.get("repetition_penalty", 1.0)),
         pad_token_id=model.config.pad_token_id or 0,
         # ignore_eos: generation simply does not stop at EOS (as in vLLM); EOS stays sampleable
         eos_token_id=None if s.get("ignore_eos") else model.config.eos_token_id,
-        output_logits=True, output_scores=True, return_dict_in_generate=True,
+        output_logits=True,
+        output_scores=True,
+        return_dict_in_generate=True,
         **extra,
     )
-    from tools.engines.hf_compat import generate_options   # what the release under test understands
+    from tools.engines.hf_compat import generate_options  # what the release under test understands
 
-    return generate_options(dict(generation_config=cfg, **({"assistant_model": assistant} if assistant is not None
-                                                           else {})), model)
+    return generate_options(
+        dict(generation_config=cfg, **({"assistant_model": assistant} if assistant is not None else {})), model
+    )

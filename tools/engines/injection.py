@@ -1,19 +1,20 @@
 """Tensor replacement inside an engine run (issue 13): reference rows injected at a tap.
 
-The rows travel to the worker as a trace directory (tools.trace) named by `RunJob.replace`;
+The rows travel to the worker as a trace directory (tools.probe.trace) named by `RunJob.replace`;
 every record in it is injected at its tap, matched by request and token position (as
-tools/align.py matches rows) and cast to the dtype the target computes in. An adapter
+tools/probe/align.py matches rows) and cast to the dtype the target computes in. An adapter
 calls `Injection.apply` from the hook that reads the tap, and records what it returns,
 so the injected tap reads back the reference's values.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from tools import trace as trace_io
-from tools.trace import Trace
+from tools.probe import trace as trace_io
+from tools.probe.trace import Trace
 
 
 class Injection:
@@ -23,10 +24,10 @@ class Injection:
             slot = self.rows.setdefault(rec.name, {})
             for i, pos in enumerate(rec.positions):
                 slot[(rec.request, pos)] = rec.tensor[i]
-        self.replaced = {tap: 0 for tap in self.rows}   # rows actually replaced, per tap
+        self.replaced = {tap: 0 for tap in self.rows}  # rows actually replaced, per tap
 
     @classmethod
-    def load(cls, path: str | Path | None) -> "Injection | None":
+    def load(cls, path: str | Path | None) -> Injection | None:
         return cls(trace_io.load(path)) if path else None
 
     def wants(self, tap: str) -> bool:

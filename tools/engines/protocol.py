@@ -1,48 +1,64 @@
 """The Engine protocol: run one engine on one scenario, report canonical taps."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from tools.probe.trace import Trace
 from tools.scenario import EngineSpec, Scenario, from_dict
-from tools.trace import Trace
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    taps: tuple[str, ...]              # tap-name patterns the adapter can report
-    kernels: tuple[str, ...] = ()      # ops with an optimized and a `native` twin, swappable
-    teacher_forcing: bool = True       # can re-run a given token sequence
+    taps: tuple[str, ...]  # tap-name patterns the adapter can report
+    kernels: tuple[str, ...] = ()  # ops with an optimized and a `native` twin, swappable
+    teacher_forcing: bool = True  # can re-run a given token sequence
     dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
     tp_sizes: tuple[int, ...] = (1,)
-    replace: tuple[str, ...] = ()      # tap-name patterns where reference rows can be injected (RunJob.replace)
+    replace: tuple[str, ...] = ()  # tap-name patterns where reference rows can be injected (RunJob.replace)
 
 
 @dataclass
 class RunJob:
     """One engine run. Travels as JSON to the worker process."""
+
     scenario: Scenario
-    spec: EngineSpec                    # which engine, dtype, options (target or reference)
-    checkpoint: str                     # HF-format checkpoint dir
-    teacher: list[list[int]] | None = None   # full token sequences to re-run (teacher forcing)
-    taps: list[str] | None = None       # fnmatch patterns; None = every tap, [] = outputs only
+    spec: EngineSpec  # which engine, dtype, options (target or reference)
+    checkpoint: str  # HF-format checkpoint dir
+    teacher: list[list[int]] | None = None  # full token sequences to re-run (teacher forcing)
+    taps: list[str] | None = None  # fnmatch patterns; None = every tap, [] = outputs only
     device: str = "cpu"
     native_kernels: list[str] = field(default_factory=list)  # kernels swapped to the native twin
-    coverage_root: str | None = None    # record which functions under this dir ran (spectrum evidence)
-    replace: str | None = None          # trace dir whose rows are injected at their taps (tools.replace)
+    coverage_root: str | None = None  # record which functions under this dir ran (spectrum evidence)
+    replace: str | None = None  # trace dir whose rows are injected at their taps (tools.probe.replace)
 
     def to_json(self) -> dict:
-        return {"scenario": self.scenario.to_dict(), "spec": asdict(self.spec),
-                "checkpoint": self.checkpoint, "teacher": self.teacher, "taps": self.taps,
-                "device": self.device, "native_kernels": list(self.native_kernels),
-                "coverage_root": self.coverage_root, "replace": self.replace}
+        return {
+            "scenario": self.scenario.to_dict(),
+            "spec": asdict(self.spec),
+            "checkpoint": self.checkpoint,
+            "teacher": self.teacher,
+            "taps": self.taps,
+            "device": self.device,
+            "native_kernels": list(self.native_kernels),
+            "coverage_root": self.coverage_root,
+            "replace": self.replace,
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "RunJob":
-        return cls(scenario=from_dict(d["scenario"]), spec=EngineSpec(**d["spec"]),
-                   checkpoint=d["checkpoint"], teacher=d.get("teacher"), taps=d.get("taps"),
-                   device=d.get("device", "cpu"), native_kernels=d.get("native_kernels", []),
-                   coverage_root=d.get("coverage_root"), replace=d.get("replace"))
+    def from_json(cls, d: dict) -> RunJob:
+        return cls(
+            scenario=from_dict(d["scenario"]),
+            spec=EngineSpec(**d["spec"]),
+            checkpoint=d["checkpoint"],
+            teacher=d.get("teacher"),
+            taps=d.get("taps"),
+            device=d.get("device", "cpu"),
+            native_kernels=d.get("native_kernels", []),
+            coverage_root=d.get("coverage_root"),
+            replace=d.get("replace"),
+        )
 
 
 class Engine(Protocol):
@@ -60,6 +76,6 @@ def check_spec(spec: EngineSpec, device: str = "cpu") -> None:
     """Refuse, before any engine starts, options the engine's adapter cannot tap correctly."""
     from tools.engines import get_engine
 
-    check = getattr(get_engine(spec.engine), "check_options", None)   # optional for outside adapters
+    check = getattr(get_engine(spec.engine), "check_options", None)  # optional for outside adapters
     if check is not None:
         check(spec, device)

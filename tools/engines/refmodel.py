@@ -4,7 +4,7 @@ As the reference it re-runs each request's full token sequence in one forward
 (teacher forcing, step 0), like the transformers adapter; as a target it generates
 one request at a time, re-running the whole sequence at every step (no KV cache:
 the definition, not an optimisation) and reporting the prompt rows at the first
-step and the newest row at each later one. Sampler taps follow tools.sampling_ref
+step and the newest row at each later one. Sampler taps follow tools.probe.sampling_ref
 in both modes. Nothing here imports transformers: the tokenizer is read with the
 `tokenizers` library from the checkpoint's tokenizer.json.
 
@@ -12,6 +12,7 @@ Options: `exact = true` runs norms, softmax and the rope table in float64 when t
 dtype is float64 (default: float32 there, the checkpoints' convention, which is what
 transformers computes too).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,12 @@ from pathlib import Path
 import torch
 
 from tools import refmodels
-from tools import taps as tapnames
 from tools.engines.hf import TORCH_DTYPES, RowMap, TapRecorder, _chosen_logprobs, _record_head
 from tools.engines.protocol import Capabilities, RunJob
-from tools.sampling_ref import adjust_row, truncate_row
+from tools.probe import taps as tapnames
+from tools.probe.sampling_ref import adjust_row, truncate_row
+from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec, Request
-from tools.trace import RequestOutput, TapRecord, Trace
 
 
 class RefModelEngine:
@@ -35,29 +36,42 @@ class RefModelEngine:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))
 
     def run(self, job: RunJob) -> Trace:
-        model = refmodels.load(job.checkpoint, TORCH_DTYPES[job.spec.dtype],
-                               exact=bool(job.spec.options.get("exact", False)), device=job.device)
+        model = refmodels.load(
+            job.checkpoint,
+            TORCH_DTYPES[job.spec.dtype],
+            exact=bool(job.spec.options.get("exact", False)),
+            device=job.device,
+        )
         tok = Tokenizer.from_checkpoint(job.checkpoint)
         prompts = [prompt_ids(r, tok) for r in job.scenario.requests]
         rec = TapRecorder(job.taps)
         with torch.no_grad():
-            outputs = teacher_forced(model, job, prompts, rec) if job.teacher is not None \
+            outputs = (
+                teacher_forced(model, job, prompts, rec)
+                if job.teacher is not None
                 else generate_all(model, job, prompts, rec)
+            )
         if tok is not None:
             for o in outputs:
                 o.text = tok.decode(o.output_ids)
         records = sorted(rec.records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
-        meta = {"options": job.spec.options, "source": refmodels.__file__, "device": job.device,
-                "numerics": "exact" if model.island == torch.float64 else "float32 norms/softmax/rope table"}
+        meta = {
+            "options": job.spec.options,
+            "source": refmodels.__file__,
+            "device": job.device,
+            "numerics": "exact" if model.island == torch.float64 else "float32 norms/softmax/rope table",
+        }
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
 
 def emitter(rec: TapRecorder, rows: RowMap):
     """An `emit(tap, [S, F])` for refmodels.forward that keeps the rows and taps asked for."""
+
     def emit(tap: str, x: torch.Tensor) -> None:
-        if tap != "logits" and rec.wants(tap):   # logits are recorded with the sampler taps
+        if tap != "logits" and rec.wants(tap):  # logits are recorded with the sampler taps
             rec.rows = rows
             rec.record(tap, x[None])
+
     return emit
 
 
@@ -69,8 +83,13 @@ def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorde
         rec.step = 0
         logits = refmodels.forward(model, seq, emitter(rec, RowMap([r], [list(range(len(seq)))])))
         _record_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
-        outputs.append(RequestOutput(prompt_ids=list(seq[:n_prompt]), output_ids=list(seq[n_prompt:]),
-                                     logprobs=_chosen_logprobs(logits, seq, n_prompt)))
+        outputs.append(
+            RequestOutput(
+                prompt_ids=list(seq[:n_prompt]),
+                output_ids=list(seq[n_prompt:]),
+                logprobs=_chosen_logprobs(logits, seq, n_prompt),
+            )
+        )
     return outputs
 
 
@@ -102,8 +121,9 @@ def generate_one(model, r: int, req: Request, prompt: list[int], rec: TapRecorde
         if token in stops:
             reason = "stop"
             break
-    return RequestOutput(prompt_ids=list(prompt), output_ids=seq[len(prompt):], logprobs=logprobs,
-                         finish_reason=reason), k + 1
+    return RequestOutput(
+        prompt_ids=list(prompt), output_ids=seq[len(prompt) :], logprobs=logprobs, finish_reason=reason
+    ), k + 1
 
 
 def sample_next(rec, r, pos, logits, seq, n_prompt, s: dict, rng) -> int:
@@ -112,8 +132,12 @@ def sample_next(rec, r, pos, logits, seq, n_prompt, s: dict, rng) -> int:
     probs = torch.softmax(truncate_row(processed, s), -1)
     greedy = float(s.get("temperature", 0.0)) == 0.0
     token = int(processed.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=rng))
-    rows = {"logits": logits, "sampler.logits": processed, "sampler.probs": probs,
-            "sampler.token": torch.tensor([float(token)], dtype=torch.float64)}
+    rows = {
+        "logits": logits,
+        "sampler.logits": processed,
+        "sampler.probs": probs,
+        "sampler.token": torch.tensor([float(token)], dtype=torch.float64),
+    }
     for name, x in rows.items():
         if rec.wants(name):
             rec.records.append(TapRecord(name, rec.step, r, [pos], x[None].clone()))
@@ -122,6 +146,7 @@ def sample_next(rec, r, pos, logits, seq, n_prompt, s: dict, rng) -> int:
 
 # ---- tokenizer (no transformers) -------------------------------------------------------------
 
+
 class Tokenizer:
     """The checkpoint's tokenizer.json through the `tokenizers` library."""
 
@@ -129,7 +154,7 @@ class Tokenizer:
         self.tok, self.cleanup = tok, cleanup
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str) -> "Tokenizer | None":
+    def from_checkpoint(cls, checkpoint: str) -> Tokenizer | None:
         from tokenizers import Tokenizer as Fast
 
         path = Path(checkpoint)
@@ -150,8 +175,18 @@ class Tokenizer:
 
 def cleanup_spaces(text: str) -> str:
     """The legacy `clean_up_tokenization_spaces`: drop the space before punctuation and contractions."""
-    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                 (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+    for a, b in (
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ):
         text = text.replace(a, b)
     return text
 

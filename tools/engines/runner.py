@@ -11,6 +11,7 @@ DIFFDX_FORKSERVER=0 runs every worker as a plain `python -m` subprocess; DIFFDX_
 keeps each run's folder (/tmp/diffdx-run-*) instead of removing it; DIFFDX_RUN_LOG=FILE appends
 each run's timing to FILE.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools import trace as trace_io
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
 from tools.engines.protocol import RunJob
+from tools.probe import trace as trace_io
 
 DIFFDX_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT_S = 600.0
@@ -43,10 +44,12 @@ class EngineRunError(RuntimeError):
 
 def worker_env(source_root: str | Path | None, threads: int | None = None) -> dict:
     env = dict(os.environ)
-    paths = [str(Path(source_root).resolve())] if source_root else []   # the worker runs in another cwd
-    paths += _release_dependency_paths(source_root)   # an old transformers release's own dependencies
+    paths = [str(Path(source_root).resolve())] if source_root else []  # the worker runs in another cwd
+    paths += _release_dependency_paths(source_root)  # an old transformers release's own dependencies
     paths.append(str(DIFFDX_ROOT))
-    paths += [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # adapters (docs/engines.md)
+    paths += [
+        os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]  # adapters (docs/engines.md)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,8 +67,12 @@ def _release_dependency_paths(source_root) -> list[str]:
         raise EngineRunError(str(e), "crash") from None
 
 
-def run_engine(job: RunJob, source_root: str | Path | None = None,
-               timeout: float = DEFAULT_TIMEOUT_S, workdir: str | Path | None = None) -> trace_io.Trace:
+def run_engine(
+    job: RunJob,
+    source_root: str | Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    workdir: str | Path | None = None,
+) -> trace_io.Trace:
     """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path.
     The run's folder is removed afterwards, whatever happens, unless DIFFDX_KEEP_TEMP is set."""
     tmp = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
@@ -76,8 +83,7 @@ def run_engine(job: RunJob, source_root: str | Path | None = None,
         if code is None:
             raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
         if code != 0:
-            raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}",
-                                 "crash", log[-4000:])
+            raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}", "crash", log[-4000:])
         loading = time.monotonic()
         out = trace_io.load(tmp / "trace")
         out.meta["wall_s"] = time.monotonic() - started
@@ -112,7 +118,7 @@ def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) ->
         if code is None:
             run.kill()
     except BaseException:
-        run.kill()                  # interrupted: leave no worker behind
+        run.kill()  # interrupted: leave no worker behind
         raise
     finally:
         run.close()
@@ -120,15 +126,22 @@ def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) ->
 
 
 def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
-    proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *args], env=env, cwd=str(cwd),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", WORKER_MODULE, *args],
+        env=env,
+        cwd=str(cwd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         log, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return None, proc.communicate()[0] or ""
     except BaseException:
-        _kill_group(proc)           # interrupted: leave no worker behind
+        _kill_group(proc)  # interrupted: leave no worker behind
         proc.communicate()
         raise
     return proc.returncode, log
@@ -173,7 +186,8 @@ def end_cleanly(keep_temp_folders: bool = False) -> None:
 
 def _terminated(signum, _frame):
     import multiprocessing
-    for child in multiprocessing.active_children():    # benchmark.run's case workers clean up the same way
+
+    for child in multiprocessing.active_children():  # benchmark.run's case workers clean up the same way
         child.terminate()
     raise SystemExit(128 + signum)
 
@@ -183,9 +197,15 @@ def log_run(job: RunJob, timing: dict, wall_s: float) -> None:
     path = os.environ.get("DIFFDX_RUN_LOG")
     if not path:
         return
-    entry = {"end": time.time(), "wall_s": wall_s, **timing, "engine": job.spec.engine,
-             "capture": job.taps != [], "coverage": bool(job.coverage_root),
-             "forkserver": os.environ.get("DIFFDX_FORKSERVER", "1") != "0"}
+    entry = {
+        "end": time.time(),
+        "wall_s": wall_s,
+        **timing,
+        "engine": job.spec.engine,
+        "capture": job.taps != [],
+        "coverage": bool(job.coverage_root),
+        "forkserver": os.environ.get("DIFFDX_FORKSERVER", "1") != "0",
+    }
     with open(path, "a") as f:
         f.write(json.dumps(entry) + "\n")
 

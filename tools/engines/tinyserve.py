@@ -32,11 +32,12 @@ back together by concatenating the ranks' features in rank order (rank r holds h
 r*H/tp.., so that is the canonical layout). Row-parallel outputs (o_proj, down), the
 embedding and the logits are read after their all-reduce / gather, on rank 0.
 
-Tensor replacement (RunJob.replace, tools/replace.py): the same hooks write reference rows
+Tensor replacement (RunJob.replace, tools/probe/replace.py): the same hooks write reference rows
 back into the module output the tap is read from (`write_output`, the inverse of
 `read_output`); replacing a fused norm's residual recomputes its normed rows from it, so
 `layers.{i}.out` and `resid_mid` can be injected although no module returns them alone.
 """
+
 from __future__ import annotations
 
 import sys
@@ -47,13 +48,16 @@ import torch
 
 from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob
+from tools.probe.taps import HEAD_TAPS, matches, order_key, split
+from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec
-from tools.taps import HEAD_TAPS, matches, order_key, split
-from tools.trace import RequestOutput, TapRecord, Trace
 
 SUBJECT_ROOT = Path(__file__).resolve().parents[2] / "benchmark" / "subjects" / "tinyserve"
-OPTION_ALIASES = {"prefix_caching": "enable_prefix_caching", "chunked_prefill": "enable_chunked_prefill",
-                  "num_gpu_blocks": "num_kv_blocks"}
+OPTION_ALIASES = {
+    "prefix_caching": "enable_prefix_caching",
+    "chunked_prefill": "enable_chunked_prefill",
+    "num_gpu_blocks": "num_kv_blocks",
+}
 MAX_STEPS = 100_000
 
 _LLAMA_LAYER = (
@@ -83,8 +87,17 @@ GLOBAL_HOOKS = (
 )
 
 
-COLUMN_PARALLEL_TAPS = ("attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.out",
-                        "mlp.gate", "mlp.up", "mlp.act")
+COLUMN_PARALLEL_TAPS = (
+    "attn.q",
+    "attn.k",
+    "attn.v",
+    "attn.q_rot",
+    "attn.k_rot",
+    "attn.out",
+    "mlp.gate",
+    "mlp.up",
+    "mlp.act",
+)
 
 
 def import_tinyserve():
@@ -140,12 +153,12 @@ def write_output(output, reader: str, module, new: torch.Tensor):
         return (normed, new, *output[2:])
     if reader.startswith("item"):
         i = int(reader[4:])
-        return (*output[:i], new, *output[i + 1:])
+        return (*output[:i], new, *output[i + 1 :])
     if reader.startswith("shard"):
         i = int(reader[5:])
         start = sum(module.output_sizes[:i])
         fused = output.clone()
-        fused[..., start:start + module.output_sizes[i]] = new
+        fused[..., start : start + module.output_sizes[i]] = new
         return fused
     raise ValueError(f"tap reader {reader!r} cannot be replaced")
 
@@ -172,8 +185,11 @@ class TapRecorder:
         for path, rows, taps in GLOBAL_HOOKS:
             named = [(t.replace("<last>", f"layers.{num_layers - 1}"), r) for t, r in taps]
             plan.append((path, rows, named))
-        return [(p, rows, [(t, r) for t, r in taps if self._touched(t)])
-                for p, rows, taps in plan if any(self._touched(t) for t, _ in taps)]
+        return [
+            (p, rows, [(t, r) for t, r in taps if self._touched(t)])
+            for p, rows, taps in plan
+            if any(self._touched(t) for t, _ in taps)
+        ]
 
     @staticmethod
     def _layer_tap(i: int, tap: str, num_layers: int) -> str | None:
@@ -194,6 +210,7 @@ class TapRecorder:
                 if tensor is not None and matches(tap, self.patterns):
                     self._record(ctx, tap, rows, tensor.detach().clone())
             return None if output is given else output
+
         return hook
 
     def _inject(self, ctx, tap: str, rows: str, reader: str, module, output):
@@ -216,9 +233,15 @@ class TapRecorder:
         seq_index, positions = self._rows(ctx, rows)
         for s in seq_index.unique(sorted=True).tolist():
             mask = seq_index == s
-            self.records.append(TapRecord(name=tap, step=ctx.step, request=int(ctx.request_ids[s]),
-                                          positions=positions[mask].tolist(),
-                                          tensor=tensor[mask].to(self.out_dtype).reshape(int(mask.sum()), -1)))
+            self.records.append(
+                TapRecord(
+                    name=tap,
+                    step=ctx.step,
+                    request=int(ctx.request_ids[s]),
+                    positions=positions[mask].tolist(),
+                    tensor=tensor[mask].to(self.out_dtype).reshape(int(mask.sum()), -1),
+                )
+            )
 
     def _module(self, path: str):
         # "model.model.layers.0.mlp" -> runner.model.get_submodule("model.layers.0.mlp")
@@ -251,8 +274,9 @@ class TapRecorder:
                 keep = [i for i, p in enumerate(rec.positions) if p < first_bad]
                 if not keep:
                     continue
-                rec = TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep],
-                                rec.tensor[keep], rec.rank)
+                rec = TapRecord(
+                    rec.name, rec.step, rec.request, [rec.positions[i] for i in keep], rec.tensor[keep], rec.rank
+                )
             kept.append(rec)
         self.records = kept
 
@@ -287,8 +311,14 @@ def gather_shards(records: list[TapRecord], per_rank: list[list[TapRecord] | Non
             missing = [i + 1 for i, o in enumerate(others) if key not in o]
             if missing:
                 raise RuntimeError(f"tap {rec.name} step {rec.step}: ranks {missing} reported no shard")
-            rec = TapRecord(rec.name, rec.step, rec.request, rec.positions,
-                            torch.cat([rec.tensor] + [o[key].tensor for o in others], dim=1), 0)
+            rec = TapRecord(
+                rec.name,
+                rec.step,
+                rec.request,
+                rec.positions,
+                torch.cat([rec.tensor] + [o[key].tensor for o in others], dim=1),
+                0,
+            )
         out.append(rec)
     return out
 
@@ -301,8 +331,8 @@ def engine_options(spec: EngineSpec, native_kernels) -> dict:
 
 def sampling_params(ts, request, max_tokens: int, teacher: bool):
     s = dict(request.sampling)
-    s.setdefault("temperature", 0.0)   # scenario default: greedy
-    if teacher:   # forced tokens decide the length; stop conditions would cut it short
+    s.setdefault("temperature", 0.0)  # scenario default: greedy
+    if teacher:  # forced tokens decide the length; stop conditions would cut it short
         s.update(ignore_eos=True, stop=[], stop_token_ids=[])
     return ts.SamplingParams(max_tokens=max_tokens, **s)
 
@@ -315,12 +345,18 @@ def plan_requests(ts, engine, job: RunJob) -> list[dict]:
         forced, max_tokens = None, req.max_tokens
         if job.teacher is not None:
             full = list(job.teacher[i])
-            n = min(len(prompt), len(full) - 1)   # at least one forced token, so the last row gets logits
+            n = min(len(prompt), len(full) - 1)  # at least one forced token, so the last row gets logits
             prompt, forced = full[:n], full[n:]
             max_tokens = len(forced)
-        plans.append(dict(request_id=str(i), prompt=prompt, forced_token_ids=forced,
-                          params=sampling_params(ts, req, max_tokens, forced is not None),
-                          arrival=req.arrival_step))
+        plans.append(
+            dict(
+                request_id=str(i),
+                prompt=prompt,
+                forced_token_ids=forced,
+                params=sampling_params(ts, req, max_tokens, forced is not None),
+                arrival=req.arrival_step,
+            )
+        )
     return sorted(plans, key=lambda p: p["arrival"])
 
 
@@ -341,6 +377,7 @@ def drive(engine, plans: list[dict]) -> dict:
 def config_fields(config_py: Path) -> set[str] | None:
     """Field names of `class Config` in tinyserve's config.py, read without importing it (no torch)."""
     import ast
+
     try:
         tree = ast.parse(config_py.read_text())
     except (OSError, SyntaxError, ValueError):
@@ -363,7 +400,7 @@ def _injection(job: RunJob, tp: int) -> Injection | None:
 
 class TinyServeEngine:
     name = "tinyserve"
-    package = "tinyserve"             # what a --target-source root must hold
+    package = "tinyserve"  # what a --target-source root must hold
 
     def accepted_options(self, source_root) -> set[str] | None:
         """Engine options the tree under test takes: its Config fields and their aliases."""
@@ -372,9 +409,14 @@ class TinyServeEngine:
 
     def capabilities(self, spec: EngineSpec) -> Capabilities:
         ts = import_tinyserve()
-        return Capabilities(taps=("embed", "layers.*", *HEAD_TAPS), kernels=tuple(ts.ops.KERNELS),
-                            teacher_forcing=True, dtypes=("float64", "float32", "bfloat16", "float16"),
-                            tp_sizes=(1, 2), replace=REPLACEABLE)
+        return Capabilities(
+            taps=("embed", "layers.*", *HEAD_TAPS),
+            kernels=tuple(ts.ops.KERNELS),
+            teacher_forcing=True,
+            dtypes=("float64", "float32", "bfloat16", "float16"),
+            tp_sizes=(1, 2),
+            replace=REPLACEABLE,
+        )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
         """Nothing to refuse here: tinyserve's own Config rejects unknown options when the engine
@@ -387,8 +429,9 @@ class TinyServeEngine:
         cfg = engine.config.model_config
         out_dtype = torch.float64 if job.spec.dtype == "float64" else torch.float32
         runner, tp = engine.model_runner, engine.config.tensor_parallel_size
-        recorder = TapRecorder(runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype,
-                               inject=_injection(job, tp))
+        recorder = TapRecorder(
+            runner, cfg.model_type, cfg.num_hidden_layers, job.taps, out_dtype, inject=_injection(job, tp)
+        )
         if tp > 1:
             runner.call_all_ranks(install_shard_recorder, cfg.model_type, cfg.num_hidden_layers, out_dtype)
         with recorder.attached():
@@ -398,19 +441,39 @@ class TinyServeEngine:
             runner.shutdown()
         recorder.discard_rejected(getattr(engine, "rejected_rows", ()))
         results = [outputs[str(i)] for i in range(len(job.scenario.requests))]
-        return Trace(engine=self.name, dtype=job.spec.dtype, records=recorder.ordered(),
-                     outputs=[RequestOutput(prompt_ids=list(o.prompt_token_ids), output_ids=list(o.token_ids),
-                                            logprobs=list(o.logprobs), text=o.text, finish_reason=o.finish_reason)
-                              for o in results],
-                     meta=self._meta(ts, engine, options, job, recorder))
+        return Trace(
+            engine=self.name,
+            dtype=job.spec.dtype,
+            records=recorder.ordered(),
+            outputs=[
+                RequestOutput(
+                    prompt_ids=list(o.prompt_token_ids),
+                    output_ids=list(o.token_ids),
+                    logprobs=list(o.logprobs),
+                    text=o.text,
+                    finish_reason=o.finish_reason,
+                )
+                for o in results
+            ],
+            meta=self._meta(ts, engine, options, job, recorder),
+        )
 
     @staticmethod
     def _meta(ts, engine, options: dict, job: RunJob, recorder: TapRecorder) -> dict:
         native = set(engine.config.native_kernels)
         replaced = {"replaced_rows": dict(recorder.inject.replaced)} if recorder.inject is not None else {}
-        return {**replaced, "options": options, "tinyserve_file": ts.__file__, "steps": engine.step_count,
-                "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
-                "teacher_forced": job.teacher is not None, "num_kv_blocks": engine.config.num_kv_blocks,
-                "max_num_batched_tokens": engine.config.max_num_batched_tokens,
-                "tp": {"size": engine.config.tensor_parallel_size, "ranks": list(range(engine.config.tensor_parallel_size)),
-                       "gathered_taps": list(COLUMN_PARALLEL_TAPS)}}
+        return {
+            **replaced,
+            "options": options,
+            "tinyserve_file": ts.__file__,
+            "steps": engine.step_count,
+            "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
+            "teacher_forced": job.teacher is not None,
+            "num_kv_blocks": engine.config.num_kv_blocks,
+            "max_num_batched_tokens": engine.config.max_num_batched_tokens,
+            "tp": {
+                "size": engine.config.tensor_parallel_size,
+                "ranks": list(range(engine.config.tensor_parallel_size)),
+                "gathered_taps": list(COLUMN_PARALLEL_TAPS),
+            },
+        }

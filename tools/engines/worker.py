@@ -1,5 +1,6 @@
 """Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
 `python -m tools.engines.worker --capabilities SPEC_JSON` (prints the engine's Capabilities as JSON)."""
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,9 @@ def capabilities(spec_json: str) -> int:
 def main(job_path: str, out_dir: str) -> int:
     import torch
 
-    from tools import trace as trace_io
     from tools.engines import get_engine
     from tools.engines.protocol import RunJob
+    from tools.probe import trace as trace_io
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     job = RunJob.from_json(json.loads(Path(job_path).read_text()))
@@ -56,6 +57,6 @@ if __name__ == "__main__":
     quiet_third_party()
     try:
         sys.exit(capabilities(sys.argv[2]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
-    except UnknownEngineError as e:         # a one-line error, not a traceback, in the caller's message
+    except UnknownEngineError as e:  # a one-line error, not a traceback, in the caller's message
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -4,6 +4,7 @@ The four supported architectures share one decoder (pre-norm residual blocks, RM
 rotary attention with grouped KV heads, gated MLP); `ARCHS` lists what each changes,
 as plain data. Keys follow the HF config.json names, legacy and transformers-5 alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,26 +14,37 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Arch:
-    norms: dict                 # canonical tap of each norm -> its weight name in the layer
-    norm_offset: float = 0.0    # RMSNorm scales by (offset + w): gemma stores the scale as w - 1
-    embed_scale: bool = False   # gemma: embeddings times sqrt(hidden_size)
-    sliding: str = "none"       # which layers slide: "none", "all", or per `layer_types`
-    softcapping: bool = False   # gemma2: cap * tanh(x / cap) on attention scores and final logits
+    norms: dict  # canonical tap of each norm -> its weight name in the layer
+    norm_offset: float = 0.0  # RMSNorm scales by (offset + w): gemma stores the scale as w - 1
+    embed_scale: bool = False  # gemma: embeddings times sqrt(hidden_size)
+    sliding: str = "none"  # which layers slide: "none", "all", or per `layer_types`
+    softcapping: bool = False  # gemma2: cap * tanh(x / cap) on attention scores and final logits
     query_scalar: bool = False  # gemma2: scores scaled by query_pre_attn_scalar^-1/2, not head_dim^-1/2
     tied_default: bool = False  # tie_word_embeddings when config.json does not say
 
 
 PLAIN_NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 # gemma2 normalises each block's input and output ("sandwich"): four norms per layer
-SANDWICH_NORMS = {"attn_norm": "input_layernorm", "attn.post_norm": "post_attention_layernorm",
-                  "mlp_norm": "pre_feedforward_layernorm", "mlp.post_norm": "post_feedforward_layernorm"}
+SANDWICH_NORMS = {
+    "attn_norm": "input_layernorm",
+    "attn.post_norm": "post_attention_layernorm",
+    "mlp_norm": "pre_feedforward_layernorm",
+    "mlp.post_norm": "post_feedforward_layernorm",
+}
 
 ARCHS = {
     "llama": Arch(PLAIN_NORMS),
     "mistral": Arch(PLAIN_NORMS, sliding="all"),
     "qwen2": Arch(PLAIN_NORMS, sliding="layer_types"),
-    "gemma2": Arch(SANDWICH_NORMS, norm_offset=1.0, embed_scale=True, sliding="layer_types",
-                   softcapping=True, query_scalar=True, tied_default=True),
+    "gemma2": Arch(
+        SANDWICH_NORMS,
+        norm_offset=1.0,
+        embed_scale=True,
+        sliding="layer_types",
+        softcapping=True,
+        query_scalar=True,
+        tied_default=True,
+    ),
 }
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
@@ -47,14 +59,14 @@ class RefConfig:
     num_kv_heads: int
     head_dim: int
     rms_norm_eps: float
-    activation: str              # key of ACTIVATIONS' values
-    rope: dict                   # rope_type, rope_theta and the type's own keys
+    activation: str  # key of ACTIVATIONS' values
+    rope: dict  # rope_type, rope_theta and the type's own keys
     max_position_embeddings: int
-    windows: tuple               # per layer: sliding window (keys i-W < j <= i) or None
+    windows: tuple  # per layer: sliding window (keys i-W < j <= i) or None
     tie_word_embeddings: bool
     attn_softcap: float | None
     final_softcap: float | None
-    score_scale: float           # multiplies q.k
+    score_scale: float  # multiplies q.k
     eos_token_ids: tuple
 
     @property
@@ -79,10 +91,16 @@ def parse_config(hf: dict) -> RefConfig:
     scalar = hf.get("query_pre_attn_scalar") if rules.query_scalar else None
     eos = hf.get("eos_token_id")
     return RefConfig(
-        arch=arch, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"], num_heads=heads,
-        num_kv_heads=hf.get("num_key_value_heads") or heads, head_dim=head_dim,
-        rms_norm_eps=hf.get("rms_norm_eps", 1e-6), activation=ACTIVATIONS[act], rope=rope_config(hf),
+        arch=arch,
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        activation=ACTIVATIONS[act],
+        rope=rope_config(hf),
         max_position_embeddings=hf.get("max_position_embeddings", 2048),
         windows=tuple(layer_windows(hf, rules.sliding, arch)),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", rules.tied_default)),
@@ -100,8 +118,10 @@ def rope_config(hf: dict) -> dict:
     rope.setdefault("rope_theta", hf.get("rope_theta", 10000.0))
     if rope["rope_type"] in ("llama3", "yarn"):
         # the pretraining context these types extend; absent, it is the model's own length
-        rope.setdefault("original_max_position_embeddings",
-                        hf.get("original_max_position_embeddings") or hf.get("max_position_embeddings", 2048))
+        rope.setdefault(
+            "original_max_position_embeddings",
+            hf.get("original_max_position_embeddings") or hf.get("max_position_embeddings", 2048),
+        )
     return rope
 
 

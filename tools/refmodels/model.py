@@ -7,17 +7,18 @@
                 [gemma: m = post_norm(m)];  x = x + m                       (out)
     logits = lm_head(final_norm(x))                  (gemma2: cap * tanh(logits / cap))
 
-Every intermediate goes to `emit(tap, x)` under its canonical name (tools.taps) as
+Every intermediate goes to `emit(tap, x)` under its canonical name (tools.probe.taps) as
 [tokens, features]. Norms and the softmax run in `island` precision: float32 by the
 checkpoints' convention (see rope.py), float64 for an exact run. Linear layers take a
 bias when the checkpoint has one (qwen2's q/k/v, llama's attention_bias / mlp_bias).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +32,9 @@ Emit = Callable[[str, torch.Tensor], None]
 @dataclass
 class RefModel:
     config: RefConfig
-    weights: dict[str, torch.Tensor]     # checkpoint names, run dtype
+    weights: dict[str, torch.Tensor]  # checkpoint names, run dtype
     dtype: torch.dtype
-    island: torch.dtype                  # precision of norms, softmax and the rope table
+    island: torch.dtype  # precision of norms, softmax and the rope table
 
     def w(self, name: str) -> torch.Tensor | None:
         return self.weights.get(name)
@@ -45,8 +46,9 @@ def load(checkpoint: str | Path, dtype: torch.dtype, exact: bool = False, device
 
     path = Path(checkpoint)
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
-        else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    )
     weights = {}
     for f in files:
         weights.update({k: v.to(device=device, dtype=dtype) for k, v in load_file(str(path / f)).items()})
@@ -58,6 +60,7 @@ def load(checkpoint: str | Path, dtype: torch.dtype, exact: bool = False, device
 
 
 # ---- the pieces ------------------------------------------------------------------------------
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, island) -> torch.Tensor:
     """[S, F] -> [S, F]: x / rms(x) * (offset + w), normalised in `island` precision.
@@ -111,6 +114,7 @@ def merge(x: torch.Tensor) -> torch.Tensor:  # [n, S, D] -> [S, n*D]
 
 # ---- blocks ----------------------------------------------------------------------------------
 
+
 def attention_block(m: RefModel, i: int, h: torch.Tensor, cos, sin, emit: Emit) -> torch.Tensor:
     """Normed input [S, hidden] -> o_proj output [S, hidden]."""
     c, pre = m.config, f"model.layers.{i}.self_attn"
@@ -151,6 +155,7 @@ def decoder_layer(m: RefModel, i: int, x: torch.Tensor, cos, sin, emit: Emit) ->
         y = norm(m, y, norms[tap])
         emit(f"layers.{i}.{tap}", y)
         return y
+
     a = attention_block(m, i, normed("attn_norm", x), cos, sin, emit)
     x = x + (normed("attn.post_norm", a) if "attn.post_norm" in norms else a)
     emit(f"layers.{i}.resid_mid", x)
@@ -163,7 +168,7 @@ def decoder_layer(m: RefModel, i: int, x: torch.Tensor, cos, sin, emit: Emit) ->
 def embed(m: RefModel, ids: torch.Tensor) -> torch.Tensor:  # [S] -> [S, hidden]
     x = m.weights["model.embed_tokens.weight"][ids]
     if m.config.rules.embed_scale:
-        x = x * torch.tensor(m.config.hidden_size ** 0.5, dtype=m.dtype)
+        x = x * torch.tensor(m.config.hidden_size**0.5, dtype=m.dtype)
     return x
 
 

@@ -16,6 +16,7 @@ The table (frequencies, angles, cos, sin) is computed in `table_dtype`: float32 
 convention checkpoints are released with (Meta's reference code computes it so and
 transformers does too), so that an fp64 run matches them; float64 for an exact table.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,7 @@ def llama3_freqs(rope: dict, dim: int, dtype: torch.dtype) -> torch.Tensor:  # -
     factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
     context = rope["original_max_position_embeddings"]
     wavelen = 2 * math.pi / f
-    smooth = (context / wavelen - low) / (high - low)          # 0 at the low band edge, 1 at the high one
+    smooth = (context / wavelen - low) / (high - low)  # 0 at the low band edge, 1 at the high one
     blended = (1 - smooth) * f / factor + smooth * f
     scaled = torch.where(wavelen > context / low, f / factor, blended)
     return torch.where(wavelen < context / high, f, scaled)
@@ -58,7 +59,7 @@ def yarn_freqs(rope: dict, dim: int, max_positions: int, dtype: torch.dtype) -> 
     powers = theta ** (torch.arange(0, dim, 2, dtype=dtype) / dim)
     low, high = yarn_band(rope, dim, theta, context)
     ramp = ((torch.arange(dim // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)
-    extrapolate = 1 - ramp                       # weight of the unscaled frequency: 1 for fast ones
+    extrapolate = 1 - ramp  # weight of the unscaled frequency: 1 for fast ones
     f = (1.0 / (factor * powers)) * (1 - extrapolate) + (1.0 / powers) * extrapolate
     return f, yarn_attention_factor(rope, factor)
 
@@ -66,8 +67,10 @@ def yarn_freqs(rope: dict, dim: int, max_positions: int, dtype: torch.dtype) -> 
 def yarn_band(rope: dict, dim: int, theta: float, context: int) -> tuple[float, float]:
     """Dimension indices where the ramp starts and ends: the dims that turn beta_fast and
     beta_slow times over the trained context (rounded outwards unless truncate is false)."""
+
     def dim_turning(turns):
         return dim * math.log(context / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
     low, high = dim_turning(rope.get("beta_fast") or 32), dim_turning(rope.get("beta_slow") or 1)
     if rope.get("truncate", True):
         low, high = math.floor(low), math.ceil(high)
@@ -81,6 +84,7 @@ def yarn_attention_factor(rope: dict, factor: float) -> float:
 
     def mscale(scale, m=1.0):
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
     if rope.get("mscale") and rope.get("mscale_all_dim"):
         return float(mscale(factor, rope["mscale"]) / mscale(factor, rope["mscale_all_dim"]))
     return mscale(factor)
@@ -104,8 +108,8 @@ def frequencies(rope: dict, dim: int, length: int, max_positions: int, dtype: to
 
 def cos_sin(freqs: torch.Tensor, scale: float, positions: torch.Tensor, dtype: torch.dtype):
     """[dim/2] frequencies, [S] positions -> cos, sin [S, dim] in the run dtype."""
-    angles = positions[:, None].to(freqs.dtype) * freqs           # [S, dim/2]
-    both = torch.cat((angles, angles), dim=-1)                   # pair i and i + dim/2 share an angle
+    angles = positions[:, None].to(freqs.dtype) * freqs  # [S, dim/2]
+    both = torch.cat((angles, angles), dim=-1)  # pair i and i + dim/2 share an angle
     return (both.cos() * scale).to(dtype), (both.sin() * scale).to(dtype)
 
 

@@ -8,6 +8,7 @@ Raw format (one record per issue, as copied from the stored issue excerpts):
 beginning, cut), `middle` (a later part of the description), `none` (no description stored; title only).
 The split is a pure function of the url (sha256), fixed before any tuning.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,7 @@ HERE = Path(__file__).parent
 RAW = HERE / "raw"
 OUT = HERE / "issues.jsonl"
 LABELS = ("silent", "crash", "install", "performance", "feature", "question", "other")
-TEST_BELOW, DEV_BELOW = 38, 58      # hash bucket (0..99): < 38 test, < 58 dev, else train
+TEST_BELOW, DEV_BELOW = 38, 58  # hash bucket (0..99): < 38 test, < 58 dev, else train
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -40,7 +41,8 @@ def parse_raw(text: str) -> list[dict]:
         elif cur is not None and line.startswith("T: ") and field != "B":
             cur["title"], field = line[3:], "T"
         elif cur is not None and (line.startswith("B:") and field == "T"):
-            cur["body"].append(line[3:]); field = "B"
+            cur["body"].append(line[3:])
+            field = "B"
         elif cur is not None and field == "B":
             cur["body"].append(line)
         if line.startswith("@@ "):
@@ -53,9 +55,16 @@ def finish(rec: dict) -> dict:
     if not m or rec["label"] not in LABELS or rec["body_part"] not in ("start", "middle", "none"):
         raise ValueError(f"bad record header: {rec['url']} {rec['label']} {rec['body_part']}")
     body = "\n".join(rec["body"]).strip()
-    return {"title": rec["title"], "body": body, "url": rec["url"], "repo": m.group(1),
-            "number": int(m.group(3)), "label": rec["label"], "body_part": rec["body_part"],
-            "split": split_of(rec["url"])}
+    return {
+        "title": rec["title"],
+        "body": body,
+        "url": rec["url"],
+        "repo": m.group(1),
+        "number": int(m.group(3)),
+        "label": rec["label"],
+        "body_part": rec["body_part"],
+        "split": split_of(rec["url"]),
+    }
 
 
 def build() -> list[dict]:

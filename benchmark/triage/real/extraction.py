@@ -2,12 +2,13 @@
 
     python -m benchmark.triage.real.extraction [--split test] [--json]
 
-For each gold-`silent` issue of the split, `tools.issue_extract.extract_scenario` reads the text.
+For each gold-`silent` issue of the split, `tools.triage.extract.extract_scenario` reads the text.
 Reported: the share with a runnable scenario (`to_scenario` accepts it: a model and a prompt), the
 share with each part (model path or arch, engine, engine version, dtype, engine options, prompts,
 sampling, max_tokens, a named reference), and how often each piece is missing. The stored bodies
 are excerpts (see README), so the figures are also given for issues whose body starts at the top.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tools.issue_extract import extract_scenario, to_scenario
+from tools.triage.extract import extract_scenario, to_scenario
 
 ISSUES = Path(__file__).with_name("issues.jsonl")
 PARTS = ("model", "engine", "engine_version", "dtype", "options", "prompts", "sampling", "max_tokens", "good_ref")
@@ -26,32 +27,50 @@ def parts_found(partial: dict) -> dict[str, bool]:
     """Which scenario parts an extraction holds. Pure."""
     requests = partial.get("workload", {}).get("requests", [])
     meta, target = partial.get("meta", {}), partial.get("target", {})
-    return {"model": bool(partial.get("model")), "engine": bool(meta.get("engine") or target.get("engine")),
-            "engine_version": bool(meta.get("engine_version")), "dtype": bool(target.get("dtype")),
-            "options": bool(target.get("options")), "prompts": bool(requests),
-            "sampling": any(r.get("sampling") for r in requests), "max_tokens": any("max_tokens" in r for r in requests),
-            "good_ref": bool(partial.get("good_ref"))}
+    return {
+        "model": bool(partial.get("model")),
+        "engine": bool(meta.get("engine") or target.get("engine")),
+        "engine_version": bool(meta.get("engine_version")),
+        "dtype": bool(target.get("dtype")),
+        "options": bool(target.get("options")),
+        "prompts": bool(requests),
+        "sampling": any(r.get("sampling") for r in requests),
+        "max_tokens": any("max_tokens" in r for r in requests),
+        "good_ref": bool(partial.get("good_ref")),
+    }
 
 
 def extraction_row(issue: dict) -> dict:
     partial, missing = extract_scenario(issue["title"], issue["body"])
-    return {"url": issue["url"], "body_part": issue.get("body_part"), "runnable": to_scenario(partial) is not None,
-            "found": parts_found(partial), "missing": missing}
+    return {
+        "url": issue["url"],
+        "body_part": issue.get("body_part"),
+        "runnable": to_scenario(partial) is not None,
+        "found": parts_found(partial),
+        "missing": missing,
+    }
 
 
 def summarize(rows: list[dict]) -> dict:
     """Rows -> shares (runnable, each part) and counts of each missing piece. Pure."""
     n = len(rows)
     share = lambda k: round(sum(r["found"][k] for r in rows) / n, 3) if n else 0.0
-    return {"n": n, "runnable": round(sum(r["runnable"] for r in rows) / n, 3) if n else 0.0,
-            "parts": {k: share(k) for k in PARTS},
-            "missing": dict(Counter(m for r in rows for m in r["missing"]).most_common())}
+    return {
+        "n": n,
+        "runnable": round(sum(r["runnable"] for r in rows) / n, 3) if n else 0.0,
+        "parts": {k: share(k) for k in PARTS},
+        "missing": dict(Counter(m for r in rows for m in r["missing"]).most_common()),
+    }
 
 
 def report(issues: list[dict], split: str) -> dict:
     rows = [extraction_row(i) for i in issues if i["label"] == "silent" and i["split"] == split]
-    return {"split": split, "all": summarize(rows),
-            "body_from_start": summarize([r for r in rows if r["body_part"] == "start"]), "rows": rows}
+    return {
+        "split": split,
+        "all": summarize(rows),
+        "body_from_start": summarize([r for r in rows if r["body_part"] == "start"]),
+        "rows": rows,
+    }
 
 
 def format_summary(name: str, s: dict) -> str:

@@ -1,0 +1,153 @@
+"""The engine runner: workers forked from the zygote or plain subprocesses behave alike on
+success, crash, hang and timeout, leave no process and no run folder behind, and still import
+the tree under test fresh (its sitecustomize included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.tools.procs import alive, group_members
+from tools.engines.protocol import RunJob
+from tools.engines.runner import DIFFDX_ROOT, EngineRunError, run_engine
+from tools.probe.checkpoints import ensure_checkpoint
+from tools.scenario import from_dict
+
+MODES = ["fork", "plain"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request, monkeypatch):
+    monkeypatch.setenv("DIFFDX_FORKSERVER", "1" if request.param == "fork" else "0")
+    monkeypatch.delenv("DIFFDX_KEEP_TEMP", raising=False)
+    return request.param
+
+
+def tiny_job() -> RunJob:
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {"requests": [{"prompt_ids": [1, 5, 9], "max_tokens": 2}]},
+        }
+    )
+    return RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)), taps=[])
+
+
+def tree_with(tmp_path, code: str):
+    """A source tree whose sitecustomize runs `code` at the worker's start-up (as tests/faults.py does)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "sitecustomize.py").write_text(code)
+    return tree
+
+
+def run_folders(workdir) -> list:
+    return sorted(p.name for p in workdir.iterdir() if p.name.startswith("diffdx-run-"))
+
+
+def test_a_run_returns_its_trace_and_removes_its_folder(tmp_path, mode):
+    tree = tree_with(tmp_path, "import os\nos.environ['DIFFDX_SEEN_TREE'] = 'yes'\n")
+    trace = run_engine(tiny_job(), tree, workdir=tmp_path)
+    assert len(trace.outputs[0].output_ids) == 2
+    assert trace.meta["timing"]["engine_s"] > 0 and trace.meta["timing"]["startup_s"] >= 0
+    assert run_folders(tmp_path) == []
+
+
+def test_keep_temp_keeps_the_run_folder(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("DIFFDX_KEEP_TEMP", "1")
+    trace = run_engine(tiny_job(), None, workdir=tmp_path)
+    assert run_folders(tmp_path) == [os.path.basename(trace.meta["run_dir"])]
+
+
+def test_a_crash_reports_its_exit_and_output(tmp_path, mode):
+    tree = tree_with(
+        tmp_path, "print('about to fail', flush=True)\nimport os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    with pytest.raises(EngineRunError) as err:
+        run_engine(tiny_job(), tree, workdir=tmp_path)
+    assert err.value.kind == "crash" and "exit -11" in str(err.value) and "about to fail" in err.value.log
+    assert run_folders(tmp_path) == []
+
+
+def test_an_exception_in_the_tree_is_a_crash_with_its_traceback(tmp_path, mode):
+    tree = tree_with(tmp_path, "")
+    (tree / "tinyserve").mkdir()
+    (tree / "tinyserve" / "__init__.py").write_text("raise RuntimeError('broken tree')\n")
+    with pytest.raises(EngineRunError) as err:
+        run_engine(tiny_job(), tree, workdir=tmp_path)
+    assert err.value.kind == "crash" and "exit 1" in str(err.value) and "RuntimeError: broken tree" in err.value.log
+
+
+def test_a_hang_is_killed_at_the_timeout_with_its_whole_group(tmp_path, mode):
+    """The hung worker starts a grandchild too: the whole process group must go."""
+    tree = tree_with(
+        tmp_path,
+        "import os, subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "open(os.environ['PIDS_FILE'], 'w').write(f'{os.getpid()} {child.pid}')\n"
+        "time.sleep(300)\n",
+    )
+    os.environ["PIDS_FILE"] = str(tmp_path / "pids")
+    try:
+        started = time.monotonic()
+        with pytest.raises(EngineRunError) as err:
+            run_engine(tiny_job(), tree, timeout=4, workdir=tmp_path)
+    finally:
+        del os.environ["PIDS_FILE"]
+    assert err.value.kind == "timeout" and time.monotonic() - started < 30
+    worker, grandchild = map(int, (tmp_path / "pids").read_text().split())
+    time.sleep(0.5)
+    assert not alive(worker) and not alive(grandchild) and group_members({worker}) == set()
+    assert run_folders(tmp_path) == []
+
+
+def test_worker_imports_nothing_of_the_engine_before_the_tree(tmp_path, mode):
+    """Isolation: the forked worker has torch already, but no engine module before the tree's."""
+    seen = tmp_path / "preloaded.txt"
+    tree = tree_with(
+        tmp_path,
+        "import sys\n"
+        f"open({str(seen)!r}, 'w').write(' '.join(sorted(m for m in sys.modules if "
+        "m.split('.')[0] in ('tinyserve', 'transformers'))))\n",
+    )
+    run_engine(tiny_job(), tree, workdir=tmp_path)
+    assert seen.read_text() == ""
+
+
+ORCHESTRATOR = """
+import sys
+from pathlib import Path
+from tests.tools.engines.test_runner import tiny_job
+from tools.engines.runner import run_engine
+run_engine(tiny_job(), Path(sys.argv[1]))
+"""
+
+
+def test_a_killed_orchestrator_leaves_no_worker_and_no_folder(tmp_path):
+    """Even SIGKILL, which no handler sees: the zygote notices its parent is gone and cleans up."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pid_file = tmp_path / "worker.pid"
+    tree = tree_with(
+        tmp_path, f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(DIFFDX_ROOT), "DIFFDX_FORKSERVER": "1"}
+    env.pop("DIFFDX_KEEP_TEMP", None)
+    proc = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(tree)], env=env, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not pid_file.exists() and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.2)
+    worker = int(pid_file.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while (alive(worker) or list(tmp.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker) and sorted(p.name for p in tmp.iterdir()) == []

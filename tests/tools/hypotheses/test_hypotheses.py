@@ -1,0 +1,52 @@
+"""Hypothesis ranking and the function-level counterfactual."""
+
+from pathlib import Path
+
+from tools.hypotheses.evidence import DrillDown, Hypothesis
+from tools.hypotheses.gather import trigger_words
+from tools.hypotheses.rank import rank
+from tools.hypotheses.verify import restore_function
+
+SOURCE = """class BlockManager:
+    def allocate(self, n):
+        return n + 1
+
+    def free(self, n):
+        return n
+
+
+def hash_block(prev, tokens):
+    return hash((tokens,))
+"""
+
+
+def hyp(name, score, verified=False):
+    return Hypothesis("f.py", name, None, "kv-cache", 0.0, "", verified=verified, score=score)
+
+
+def test_verified_outranks_any_score():
+    ranked = rank([hyp("a", 50.0), hyp("b", 1.0, verified=True), hyp("c", 3.0)])
+    assert [h.function for h in ranked] == ["b", "a", "c"]
+    assert ranked[0].confidence == 0.95 and ranked[1].confidence > ranked[2].confidence
+
+
+def test_rank_keeps_five():
+    assert len(rank([hyp(str(i), float(i)) for i in range(9)])) == 5
+
+
+def test_restore_function_touches_only_that_function(tmp_path: Path):
+    (tmp_path / "m.py").write_text(SOURCE)
+    old = "def hash_block(prev, tokens):\n    return hash((prev, tuple(tokens)))\n"
+    assert restore_function(tmp_path, "m.py", "hash_block", old)
+    text = (tmp_path / "m.py").read_text()
+    assert "hash((prev, tuple(tokens)))" in text and "return n + 1" in text and text.count("def ") == 3
+    method_old = "    def allocate(self, n):\n        return n\n"
+    assert restore_function(tmp_path, "m.py", "BlockManager.allocate", method_old)
+    assert "return n + 1" not in (tmp_path / "m.py").read_text()
+    assert not restore_function(tmp_path, "m.py", "missing", "x")
+
+
+def test_trigger_words_follow_the_trigger_and_pattern():
+    drill = DrillDown("layers.0.attn.out", 0, "attention", pattern={"decode_only": True})
+    words = trigger_words("prefix caching on, later requests share a prefix", drill)
+    assert "hash" in words and "decode" in words

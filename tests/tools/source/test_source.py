@@ -1,0 +1,313 @@
+"""The tree-sitter source index on real files and a real `git diff`."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.source.index import SourceIndex, TreeSitterIndex, open_index, parse_file
+
+KV_CACHE = textwrap.dedent('''\
+    """Paged KV cache."""
+    import functools
+
+    BLOCK_SIZE = 16
+
+
+    class BlockManager:
+        """Hands out KV-cache blocks."""
+
+        def __init__(self, num_blocks):
+            self.free = list(range(num_blocks))
+
+        def can_allocate(self, n):
+            return len(self.free) >= n
+
+        def allocate(self, n):
+            if not self.can_allocate(n):
+                raise MemoryError(n)
+            blocks = self.free[:n]
+            self.free = self.free[n:]
+            return blocks
+
+        @property
+        def num_free(self):
+            return len(self.free)
+
+        class Stats:
+            def report(self):
+                return summarize(self)
+
+
+    @functools.lru_cache(maxsize=None)
+    def summarize(obj):
+        """Summary line.
+
+        More text."""
+        def fmt(x):
+            return str(x)
+        return fmt(obj)
+
+
+    async def stream_tokens(engine):
+        async for tok in engine.run():
+            yield tok
+
+
+    def make_manager(n):
+        return BlockManager(n)
+''')
+
+KERNELS = textwrap.dedent("""\
+    #include <cuda_runtime.h>
+    namespace tinyserve {
+
+    // Applies rotary embedding in place.
+    template <typename T>
+    __global__ void __launch_bounds__(256) rotary_kernel(T* __restrict__ q, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) q[i] = rotate(q[i]);
+    }
+
+    __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+    class BlockTable {
+     public:
+      int lookup(int seq) const { return table_[seq]; }
+      ~BlockTable() {}
+     private:
+      int* table_;
+    };
+
+    int BlockTable::size() const { return 0; }
+
+    void launch_rotary(float* q, int n, cudaStream_t stream) {
+      rotary_kernel<float><<<(n + 255) / 256, 256, 0, stream>>>(q, n);
+    }
+
+    }  // namespace tinyserve
+""")
+
+
+def git(repo: Path, *args: str) -> str:
+    cmd = [
+        "git",
+        "-c",
+        "user.name=Tester",
+        "-c",
+        "user.email=t@example.com",
+        "-c",
+        "init.defaultBranch=main",
+        "-c",
+        "commit.gpgsign=false",
+        "-C",
+        str(repo),
+        *args,
+    ]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture
+def engine_tree(tmp_path) -> Path:
+    return write_tree(
+        tmp_path / "engine",
+        {
+            "tinyserve/__init__.py": "",
+            "tinyserve/kv_cache.py": KV_CACHE,
+            "tinyserve/rotary.py": "class RotaryEmbedding:\n    def forward(self, x):\n        return apply_rotary(x)\n\n\n"
+            "def apply_rotary(x):\n    return x\n",
+            "csrc/kernels.cu": KERNELS,
+            "tests/test_kv.py": "def test_alloc():\n    pass\n",
+            "tinyserve/__pycache__/junk.py": "def junk(): pass\n",
+        },
+    )
+
+
+def by_qualname(index: TreeSitterIndex, file: str) -> dict[str, object]:
+    return {s.qualname: s for s in index.symbols if s.file == file}
+
+
+def test_python_qualified_names_kinds_lines_and_docs(engine_tree):
+    index = open_index(engine_tree)
+    syms = by_qualname(index, "tinyserve/kv_cache.py")
+    assert {q: s.kind for q, s in syms.items()} == {
+        "BlockManager": "class",
+        "BlockManager.__init__": "method",
+        "BlockManager.can_allocate": "method",
+        "BlockManager.allocate": "method",
+        "BlockManager.num_free": "method",
+        "BlockManager.Stats": "class",
+        "BlockManager.Stats.report": "method",
+        "summarize": "function",
+        "summarize.fmt": "function",
+        "stream_tokens": "function",
+        "make_manager": "function",
+    }
+    assert (syms["BlockManager.allocate"].start_line, syms["BlockManager.allocate"].end_line) == (16, 21)
+    assert syms["BlockManager.num_free"].start_line == 23  # the decorator line
+    assert syms["summarize"].start_line == 32
+    assert syms["summarize"].doc == "Summary line." and syms["BlockManager"].doc == "Hands out KV-cache blocks."
+    assert "tinyserve/__pycache__/junk.py" not in index.texts
+    assert "tests/test_kv.py" in index.texts
+    assert "tests/test_kv.py" not in open_index(engine_tree, include_tests=False).texts
+
+
+def test_cpp_and_cuda_functions_methods_and_kernels(engine_tree):
+    syms = by_qualname(open_index(engine_tree), "csrc/kernels.cu")
+    assert {q: s.kind for q, s in syms.items()} == {
+        "rotary_kernel": "function",
+        "silu": "function",
+        "BlockTable": "class",
+        "BlockTable.lookup": "method",
+        "BlockTable.~BlockTable": "method",
+        "BlockTable.size": "method",
+        "launch_rotary": "function",
+    }
+    kernel = syms["rotary_kernel"]
+    assert (kernel.start_line, kernel.end_line, kernel.language) == (5, 9, "cpp")  # template line included
+    assert kernel.doc == "Applies rotary embedding in place."
+
+
+def test_find_read_and_search(engine_tree):
+    index: SourceIndex = open_index(engine_tree)
+    assert [s.qualname for s in index.find("allocate")] == ["BlockManager.allocate"]
+    assert [s.qualname for s in index.find("BlockTable::size")] == ["BlockTable.size"]
+    assert index.find("Stats.report")[0].file == "tinyserve/kv_cache.py"
+    source = index.read(index.find("BlockManager.can_allocate")[0])
+    assert source == "    def can_allocate(self, n):\n        return len(self.free) >= n\n"
+    assert index.search("BlockManager")[0].qualname == "BlockManager"
+    rotary = {s.qualname for s in index.search("rotary")}
+    assert {"RotaryEmbedding", "apply_rotary", "rotary_kernel", "launch_rotary"} <= rotary
+    assert [s.qualname for s in index.search("block allocate")] == [
+        "BlockManager.allocate",
+        "BlockManager.can_allocate",
+    ]
+
+
+def test_call_edges_by_name(engine_tree):
+    index = open_index(engine_tree)
+    allocate = index.find("BlockManager.allocate")[0]
+    assert index.callees(allocate) == ["MemoryError", "can_allocate"]
+    assert [s.qualname for s in index.callers("can_allocate")] == ["BlockManager.allocate"]
+    assert [s.qualname for s in index.callers("summarize")] == ["BlockManager.Stats.report"]
+    assert index.callees(index.find("summarize")[0]) == ["fmt"]  # fmt's own call stays in fmt
+    assert [s.qualname for s in index.callers("rotary_kernel")] == ["launch_rotary"]  # <<<…>>> launch
+    assert [s.qualname for s in index.callers("rotate")] == ["rotary_kernel"]
+
+
+def test_hunks_map_to_enclosing_functions_on_a_real_git_diff(tmp_path):
+    repo = write_tree(tmp_path / "repo", {"tinyserve/kv_cache.py": KV_CACHE, "csrc/kernels.cu": KERNELS})
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    changed = (
+        KV_CACHE.replace("BLOCK_SIZE = 16", "BLOCK_SIZE = 32")
+        .replace("self.free = self.free[n:]", "self.free = self.free[n + 1:]")
+        .replace("\n\ndef make_manager(n):\n    return BlockManager(n)\n", "")
+    )
+    changed = changed.replace("    return fmt(obj)\n", "")  # body tail removed
+    write_tree(
+        repo,
+        {
+            "tinyserve/kv_cache.py": changed,
+            "csrc/kernels.cu": KERNELS.replace("q[i] = rotate(q[i])", "q[i] = rotate(q[i]) * 2"),
+        },
+    )
+    git(repo, "commit", "-q", "-am", "change")
+    diff = git(repo, "diff", "HEAD~1", "HEAD")
+
+    new, old = open_index(repo, commit="HEAD"), open_index(repo, commit="HEAD~1")
+    changes = new.symbols_for_hunks(diff, old=old)
+    seen = {(c.file, c.symbol.qualname if c.symbol else None, c.side) for c in changes}
+    assert seen == {
+        ("csrc/kernels.cu", "rotary_kernel", "new"),
+        ("csrc/kernels.cu", "rotary_kernel", "old"),
+        ("tinyserve/kv_cache.py", None, "new"),  # BLOCK_SIZE: module level
+        ("tinyserve/kv_cache.py", "BlockManager.allocate", "new"),
+        ("tinyserve/kv_cache.py", "summarize", "new"),  # its last line removed
+        ("tinyserve/kv_cache.py", None, "old"),
+        ("tinyserve/kv_cache.py", "BlockManager.allocate", "old"),
+        ("tinyserve/kv_cache.py", "summarize", "old"),
+        ("tinyserve/kv_cache.py", "make_manager", "old"),  # deleted: only the old side knows it
+    }
+    module_level = next(c for c in changes if c.module_level and c.side == "new")
+    assert 4 in module_level.lines
+
+    # Without the old side, removal runs are placed by where they sit: same new-side answer.
+    seen_new_only = {(c.file, c.symbol.qualname if c.symbol else None) for c in new.symbols_for_hunks(diff)}
+    assert seen_new_only == {(f, q) for f, q, side in seen if side == "new"}
+
+
+def test_runtime_objects_map_to_symbols(engine_tree, monkeypatch):
+    monkeypatch.syspath_prepend(str(engine_tree))
+    for name in [m for m in list(importlib.sys.modules) if m.startswith("tinyserve")]:
+        monkeypatch.delitem(importlib.sys.modules, name)
+    kv = importlib.import_module("tinyserve.kv_cache")
+    index = open_index(engine_tree)
+    manager = kv.make_manager(4)
+    assert index.symbol_for(kv.BlockManager).qualname == "BlockManager"
+    assert index.symbol_for(kv.BlockManager.allocate).qualname == "BlockManager.allocate"
+    assert index.symbol_for(manager.allocate).qualname == "BlockManager.allocate"  # bound method
+    assert index.symbol_for(manager).qualname == "BlockManager"  # instance -> class
+    assert index.symbol_for(kv.summarize).qualname == "summarize"  # lru_cache wrapper
+    assert index.symbol_for(kv.BlockManager.num_free).qualname == "BlockManager.num_free"
+    assert index.symbol_for(kv.BlockManager.Stats.report).file == "tinyserve/kv_cache.py"
+    assert index.symbol_for("tinyserve.kv_cache:BlockManager.can_allocate").qualname == "BlockManager.can_allocate"
+    assert index.symbol_for("tinyserve.kv_cache.BlockManager.Stats").qualname == "BlockManager.Stats"
+    assert index.symbol_for("tinyserve/rotary.py:RotaryEmbedding.forward").start_line == 2
+    assert index.symbol_for("tinyserve.nowhere:Thing") is None
+
+
+def test_index_is_cached_until_a_file_changes(engine_tree):
+    first = open_index(engine_tree)
+    assert open_index(engine_tree) is first
+    path = engine_tree / "tinyserve/rotary.py"
+    path.write_text(path.read_text() + "\n\ndef added():\n    pass\n")
+    second = open_index(engine_tree)
+    assert second is not first and second.find("added")
+
+
+def test_module_level_code_and_unknown_files_map_to_no_symbol():
+    index = TreeSitterIndex("/nowhere", [("m.py", b"X = 1\n\ndef f():\n    return X\n")])
+    diff = (
+        "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-X = 0\n+X = 1\n"
+        "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-old\n+new\n"
+    )
+    changes = index.symbols_for_hunks(diff)
+    assert [(c.file, c.symbol, c.lines) for c in changes] == [("README.md", None, (1,)), ("m.py", None, (1,))]
+
+
+def test_indexing_speed_on_a_generated_10k_line_tree(tmp_path):
+    """Printed, not asserted: the machine is shared."""
+    body = "".join(
+        f'class Layer{i}:\n    """Layer {i}."""\n\n    def forward(self, x):\n'
+        + "".join(f"        x = helper_{j}(x) + self.scale * {j}\n" for j in range(8))
+        + "        return x\n\n"
+        for i in range(10)
+    )
+    body += "".join(f"def helper_{j}(x):\n    return x\n\n\n" for j in range(8))
+    files = {f"pkg/mod_{k}.py": body for k in range(60)}
+    write_tree(tmp_path, files)
+    lines = sum(text.count("\n") for text in files.values())
+    started = time.perf_counter()
+    index = open_index(tmp_path)
+    elapsed = time.perf_counter() - started
+    print(f"\nindexed {lines} lines, {len(index.symbols)} symbols in {elapsed:.3f}s")
+    assert lines >= 10_000 and len(index.symbols) == 60 * (20 + 8)
+
+
+def test_parse_file_handles_syntax_errors():
+    symbols, _ = parse_file("broken.py", b"def ok():\n    return 1\n\ndef broken(:\n", "python")
+    assert "ok" in [s.qualname for s in symbols]

@@ -1,0 +1,394 @@
+"""Git work that never touches the user's checkout.
+
+Everything here reads objects (rev-list, log, diff between commits, blobs) or works in a
+detached `git worktree` under a temp dir. Nothing runs `status`, `checkout`, `stash` or any
+command that writes the main worktree, its index, HEAD or refs: after any call the user's
+checkout is byte-for-byte what it was (tests/tools/history/test_gitrepo.py hashes it to prove it).
+Hooks are disabled for the worktree commands so a user's post-checkout hook never runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # `git hash-object -t tree /dev/null`
+_NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message carries git's own stderr."""
+
+
+class PatchConflict(GitError):
+    """A reverse patch did not apply in the worktree."""
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    message: str  # full message, subject included
+    author: str  # "Name <email>"
+    date: str  # author date, ISO 8601
+
+
+@dataclass(frozen=True)
+class Hunk:
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: tuple[str, ...]  # body lines, each starting with ' ', '+', '-' or '\\'
+
+    @property
+    def header(self) -> str:
+        return f"@@ -{self.old_start},{self.old_count} +{self.new_start},{self.new_count} @@"
+
+    def added_lines(self) -> list[int]:
+        """New-side line numbers of '+' lines."""
+        return [new for kind, _old, new, _text in _walk(self) if kind == "+"]
+
+    def removed_lines(self) -> list[int]:
+        """Old-side line numbers of '-' lines."""
+        return [old for kind, old, _new, _text in _walk(self) if kind == "-"]
+
+    def removals(self) -> list[tuple[int, int, str]]:
+        """(old line, new-side line it was removed in front of, text) per '-' line."""
+        return [(old, new, text) for kind, old, new, text in _walk(self) if kind == "-"]
+
+    def changed_new_span(self) -> tuple[int, int]:
+        """New-side lines touched by this hunk's changes (context excluded)."""
+        lines = self.added_lines() + [max(new, 1) for _old, new, _text in self.removals()]
+        return (min(lines), max(lines)) if lines else (self.new_start, self.new_start)
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None for an added file
+    new_path: str | None  # None for a deleted file
+    header: tuple[str, ...]  # the `diff --git` … `+++` lines
+    hunks: tuple[Hunk, ...]
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+def _walk(hunk: Hunk) -> Iterator[tuple[str, int, int, str]]:
+    """Yield (kind, old_line, new_line, text) per body line; the numbers are where it sits."""
+    # A zero-count side's start names the line *before* the change; step past it.
+    old = hunk.old_start + (hunk.old_count == 0)
+    new = hunk.new_start + (hunk.new_count == 0)
+    for line in hunk.lines:
+        kind = line[:1] or " "
+        if kind == "\\":
+            continue
+        yield kind, old, new, line[1:]
+        if kind in (" ", "-"):
+            old += 1
+        if kind in (" ", "+"):
+            new += 1
+
+
+# --- running git -------------------------------------------------------------------------------
+
+
+def open_repo(path: str | Path) -> git.Repo:
+    """A gitpython Repo for `path` (any directory inside a work tree or a bare repo)."""
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise GitError(f"not a git repository: {path}") from exc
+
+
+def _git(repo_path: str | Path, *args: str, stdin: str | None = None) -> str:
+    """Run one read-only (or worktree-local) git command, return stdout; GitError on failure."""
+    proc = subprocess.run(["git", *_NO_HOOKS, "-C", str(repo_path), *args], input=stdin, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise GitError(f"git {' '.join(args[:3])} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def resolve(repo_path: str | Path, ref: str) -> str:
+    """A ref (tag, branch, `HEAD~3`, short or full sha) -> the full commit sha."""
+    try:
+        return _git(repo_path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+    except GitError:
+        raise GitError(f"cannot resolve {ref!r} to a commit in {repo_path}") from None
+
+
+_LOG_FORMAT = "%H%x1f%an <%ae>%x1f%aI%x1f%B%x1e"
+
+
+def _parse_log(text: str) -> list[CommitInfo]:
+    commits = []
+    for record in text.split("\x1e"):
+        if record.strip():
+            sha, author, date, message = record.lstrip("\n").split("\x1f", 3)
+            message = message.strip()
+            commits.append(CommitInfo(sha, message.split("\n", 1)[0].strip(), message, author, date))
+    return commits
+
+
+def commit_info(repo_path: str | Path, ref: str) -> CommitInfo:
+    sha = resolve(repo_path, ref)
+    return _parse_log(_git(repo_path, "log", "-n", "1", f"--format={_LOG_FORMAT}", sha))[0]
+
+
+def is_ancestor(repo_path: str | Path, ancestor: str, descendant: str) -> bool:
+    proc = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo_path),
+            "merge-base",
+            "--is-ancestor",
+            resolve(repo_path, ancestor),
+            resolve(repo_path, descendant),
+        ],
+        capture_output=True,
+    )
+    return proc.returncode == 0
+
+
+def first_parent_range(repo_path: str | Path, good: str, bad: str) -> list[CommitInfo]:
+    """Commits in (good, bad] along bad's first-parent chain, oldest first."""
+    good_sha, bad_sha = resolve(repo_path, good), resolve(repo_path, bad)
+    if not is_ancestor(repo_path, good_sha, bad_sha):
+        raise GitError(f"good ref {good!r} is not an ancestor of bad ref {bad!r}")
+    return _parse_log(
+        _git(repo_path, "log", "--first-parent", "--reverse", f"--format={_LOG_FORMAT}", f"{good_sha}..{bad_sha}")
+    )
+
+
+def first_parent(repo_path: str | Path, ref: str) -> str:
+    """The first parent's sha, or the empty tree for a root commit (so diffs still work)."""
+    parents = _git(repo_path, "rev-list", "--parents", "-n", "1", resolve(repo_path, ref)).split()
+    return parents[1] if len(parents) > 1 else EMPTY_TREE
+
+
+def commit_diff(repo_path: str | Path, ref: str, paths: Sequence[str] = (), context: int = 3) -> str:
+    """Unified diff of a commit against its first parent, optionally limited to `paths`."""
+    sha = resolve(repo_path, ref)
+    return _git(
+        repo_path,
+        "diff",
+        f"--unified={context}",
+        "--no-color",
+        "--no-ext-diff",
+        "-M",
+        first_parent(repo_path, sha),
+        sha,
+        "--",
+        *paths,
+    )
+
+
+def tree_files(repo_path: str | Path, ref: str, suffixes: Sequence[str] = ()) -> Iterator[tuple[str, bytes]]:
+    """(path, content) of every blob in the commit's tree whose name ends with one of `suffixes`."""
+    with open_repo(repo_path) as repo:
+        for item in repo.commit(resolve(repo_path, ref)).tree.traverse():
+            if item.type == "blob" and (not suffixes or item.path.endswith(tuple(suffixes))):
+                yield item.path, item.data_stream.read()
+
+
+# --- worktrees ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def temporary_worktree(repo_path: str | Path, ref: str) -> Iterator[Path]:
+    """A detached worktree of `ref` in a temp dir, removed on any exit (exception, interrupt).
+
+    The add runs inside the try, so an interrupt during creation is cleaned up too. Cleanup
+    removes only this worktree's own admin dir: a blanket `git worktree prune` would also
+    drop the user's other stale worktree entries, which is theirs to decide.
+    """
+    sha = resolve(repo_path, ref)
+    holder = Path(tempfile.mkdtemp(prefix="diffdx-wt-"))
+    tree = holder / f"wt-{sha[:10]}"
+    try:
+        _git(repo_path, "worktree", "add", "--detach", "--quiet", str(tree), sha)
+        yield tree
+    finally:
+        _remove_worktree(repo_path, tree, holder)
+
+
+def _remove_worktree(repo_path: str | Path, tree: Path, holder: Path) -> None:
+    """Remove the worktree, its temp dir and its admin entry; a second Ctrl-C waits for it."""
+    interrupted = None
+    for step in (
+        lambda: _git(repo_path, "worktree", "remove", "--force", "--force", str(tree)),
+        lambda: shutil.rmtree(holder, ignore_errors=True),
+        lambda: _drop_admin_dirs(repo_path, tree),
+    ):
+        try:
+            step()
+        except (GitError, OSError):
+            pass  # `remove` fails if `add` never finished; the next steps cover it
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+
+
+def _drop_admin_dirs(repo_path: str | Path, tree: Path) -> None:
+    """Delete `.git/worktrees/<id>` entries that point at `tree` (and the folder if left empty)."""
+    common = Path(_git(repo_path, "rev-parse", "--git-common-dir").strip())
+    admin_root = common if common.is_absolute() else Path(repo_path) / common
+    admin_root = admin_root / "worktrees"
+    if not admin_root.is_dir():
+        return
+    for entry in admin_root.iterdir():
+        gitdir = entry / "gitdir"
+        if gitdir.is_file() and Path(gitdir.read_text().strip()).resolve().parent == tree.resolve():
+            shutil.rmtree(entry, ignore_errors=True)
+    if not any(admin_root.iterdir()):
+        admin_root.rmdir()
+
+
+# --- unified diffs -----------------------------------------------------------------------------
+
+
+def parse_unified_diff(text: str) -> list[FileDiff]:
+    """A `git diff` / `diff -u` text -> one FileDiff per file, hunks in order."""
+    lines, files, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if _starts_file(lines, i):
+            file_diff, i = _parse_file(lines, i)
+            files.append(file_diff)
+        else:
+            i += 1  # preamble (e.g. a format-patch mail header)
+    return [f for f in files if f.old_path or f.new_path]
+
+
+def _starts_file(lines: list[str], i: int) -> bool:
+    return lines[i].startswith("diff --git ") or (
+        lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+    )
+
+
+def _parse_file(lines: list[str], i: int) -> tuple[FileDiff, int]:
+    header: list[str] = []
+    old_path = new_path = None
+    while i < len(lines) and not lines[i].startswith("@@"):
+        line = lines[i]
+        if header and (
+            line.startswith("diff --git ") or (line.startswith("--- ") and any(h.startswith("+++ ") for h in header))
+        ):
+            break  # next file (this one had no hunks: binary, mode change)
+        if line.startswith("diff --git "):
+            old_path, new_path = _git_header_paths(line)
+        elif line.startswith("--- "):
+            old_path = _diff_path(line[4:])
+        elif line.startswith("+++ "):
+            new_path = _diff_path(line[4:])
+        elif line.startswith("deleted file"):
+            new_path = None
+        header.append(line)
+        i += 1
+    if any(h.startswith("new file") for h in header):
+        old_path = None
+    hunks = []
+    while i < len(lines) and lines[i].startswith("@@"):
+        hunk, i = _parse_hunk(lines, i)
+        hunks.append(hunk)
+    return FileDiff(old_path, new_path, tuple(header), tuple(hunks)), i
+
+
+def _git_header_paths(line: str) -> tuple[str | None, str | None]:
+    m = re.match(r"diff --git a/(.*) b/(.*)$", line)
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+def _diff_path(raw: str) -> str | None:
+    raw = raw.split("\t", 1)[0].strip()
+    if raw == "/dev/null":
+        return None
+    return raw[2:] if raw[:2] in ("a/", "b/") else raw
+
+
+def _parse_hunk(block: list[str], i: int) -> tuple[Hunk, int]:
+    m = _HUNK_HEADER.match(block[i])
+    if not m:
+        raise ValueError(f"malformed hunk header: {block[i]!r}")
+    old_start, old_count = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
+    new_start, new_count = int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1)
+    body, i, old_left, new_left = [], i + 1, old_count, new_count
+    while i < len(block) and (old_left > 0 or new_left > 0 or block[i].startswith("\\")):
+        line = block[i] or " "  # some tools strip the space of an empty context line
+        kind = line[0]
+        if kind not in " +-\\":
+            break
+        body.append(line)
+        old_left -= kind in " -"
+        new_left -= kind in " +"
+        i += 1
+    return Hunk(old_start, old_count, new_start, new_count, tuple(body)), i
+
+
+def format_patch(file_diff: FileDiff, hunks: Sequence[Hunk]) -> str:
+    """A patch text for `git apply` with only `hunks`. A file that exists on both sides gets a
+    plain in-place header, so applying (or reverting) hunks never replays a rename or mode change."""
+    path = file_diff.new_path
+    if path and file_diff.old_path:
+        lines = [f"diff --git a/{path} b/{path}", f"--- a/{path}", f"+++ b/{path}"]
+    else:
+        lines = list(file_diff.header)
+    for h in hunks:
+        lines.append(h.header)
+        lines.extend(h.lines)
+    return "\n".join(lines) + "\n"
+
+
+# --- counterfactual reverts --------------------------------------------------------------------
+
+
+def hunks_overlapping(file_diff: FileDiff, start: int, end: int) -> list[Hunk]:
+    """Hunks whose changed lines (new side, context excluded) touch lines [start, end]."""
+    return [h for h in file_diff.hunks if h.changed_new_span()[0] <= end and h.changed_new_span()[1] >= start]
+
+
+def revert_function_hunks(
+    worktree: str | Path, commit: str, file: str, start: int, end: int, repo_path: str | Path | None = None
+) -> list[Hunk]:
+    """Reverse-apply, in `worktree`, the hunks of `commit` that change `file` lines [start, end].
+
+    `start`/`end` are 1-based inclusive lines of the function *as of `commit`* (the new side
+    of its diff); the worktree may be at `commit` or later (git apply tolerates offsets).
+    Returns the reverted hunks ([] when the commit does not touch that range). Only the
+    worktree's files change; its index and the main checkout are left alone.
+    """
+    source = repo_path or worktree
+    diffs = [d for d in parse_unified_diff(commit_diff(source, commit, [file])) if d.path == file]
+    if not diffs:
+        return []
+    selected = hunks_overlapping(diffs[0], start, end)
+    if not selected:
+        return []
+    _reverse_apply(
+        worktree, format_patch(diffs[0], selected), f"reverting {len(selected)} hunk(s) of {commit[:10]} in {file}"
+    )
+    return selected
+
+
+def _reverse_apply(worktree: str | Path, patch: str, what: str) -> None:
+    """`git apply -R` in the worktree; on failure retry needing only 1 line of context, since
+    git pins a hunk that starts at line 1 to the file's start unless context is relaxed."""
+    error = None
+    for strictness in ((), ("-C1",)):
+        try:
+            _git(worktree, "apply", "-R", "--whitespace=nowarn", *strictness, "-", stdin=patch)
+            return
+        except GitError as exc:
+            error = exc
+    raise PatchConflict(f"{what} failed: {error}")

@@ -1,0 +1,138 @@
+"""Seeded random-weight checkpoints in HF format, built locally (no hub).
+
+The factory is a contract (docs/design.md §1): `AutoConfig.for_model(arch, **keys)`,
+`torch.manual_seed(seed)`, `AutoModelForCausalLM.from_config(config)` in float32,
+`save_pretrained` (safetensors). Same seed and keys give the same weights.
+Keys a scenario leaves out are filled from TINY_PRESETS so that `arch = "llama"`
+alone means a tiny model, not a 7B one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+# Sizes for tiny CPU models. bos/eos/pad ids are set so the locally built tokenizer's
+# special tokens line up with the config on every arch.
+_COMMON = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    max_position_embeddings=1024,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+TINY_PRESETS: dict[str, dict] = {
+    "llama": dict(_COMMON),
+    "qwen2": dict(_COMMON),
+    "mistral": dict(_COMMON, sliding_window=32),
+    "gemma2": dict(
+        _COMMON, sliding_window=32, query_pre_attn_scalar=16, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
+    ),
+}
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 = pad, bos, eos
+
+# A fixed corpus for the byte-level BPE; its exact wording only sets which merges exist.
+_CORPUS = """\
+The quick brown fox jumps over the lazy dog. A paged attention kernel reads keys and values
+from blocks of the cache. Prefix caching shares the blocks of a common prompt between requests.
+Continuous batching schedules prefill and decode tokens in one step under a token budget.
+Once upon a time there was a small language model that answered questions about the weather,
+the sea, numbers like 12, 345 and 6789, and code such as def f(x): return x * 2.
+Héllo wörld, naïve café, 東京 and Straße are written with multi-byte characters.
+"""
+
+
+def model_config_keys(model: dict) -> dict:
+    """[model] table -> the full set of config keys (preset filled in)."""
+    arch = model["arch"]
+    if arch not in TINY_PRESETS:
+        raise ValueError(f"unknown arch {arch!r}; known: {', '.join(sorted(TINY_PRESETS))}")
+    keys = {k: v for k, v in model.items() if k not in ("arch", "seed", "path")}
+    return {**TINY_PRESETS[arch], **keys}
+
+
+def checkpoint_key(model: dict) -> str:
+    blob = json.dumps(
+        {"arch": model["arch"], "seed": int(model.get("seed", 0)), "keys": model_config_keys(model)}, sort_keys=True
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DIFFDX_CACHE", Path.home() / ".cache" / "diffdx"))
+
+
+def ensure_checkpoint(model: dict) -> Path:
+    """[model] table -> a checkpoint dir (an existing `path`, or one built once and cached)."""
+    if "path" in model:
+        path = Path(model["path"]).expanduser()
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"model.path {path} has no config.json")
+        return path
+    out = cache_root() / "checkpoints" / f"{model['arch']}-{checkpoint_key(model)}"
+    if (out / "model.safetensors").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
+    try:
+        write_checkpoint(model, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first; theirs is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def reference_checkpoint(scenario) -> Path:
+    """The checkpoint the reference loads: the target's own, or, when the target quantizes its
+    weights (options.quantization), a copy holding the same dequantized weights (tools.probe.quant)."""
+    path = ensure_checkpoint(scenario.model)
+    options = scenario.target.options
+    if not options.get("quantization"):
+        return path
+    from tools.probe.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
+
+    return ensure_dequantized(path, options["quantization"], int(options.get("quant_group_size", DEFAULT_GROUP_SIZE)))
+
+
+def write_checkpoint(model: dict, out: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # no "Writing model shards" bar in the middle of a probe's output
+    config = AutoConfig.for_model(model["arch"], **model_config_keys(model))
+    torch.manual_seed(int(model.get("seed", 0)))
+    net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    net.save_pretrained(out, safe_serialization=True)
+    build_tokenizer(config.vocab_size).save_pretrained(out)
+
+
+def build_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer trained on a fixed corpus: deterministic, offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")

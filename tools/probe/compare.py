@@ -1,0 +1,256 @@
+"""Robust error ratio, first divergence, and where it happens (docs/design.md §3). Pure.
+
+For a tap: Y = reference at high precision, R = reference at the target's dtype,
+T = target. Per row: err_T = ||T-Y||/||Y||, err_R = ||R-Y||/||Y||,
+ratio = err_T / max(err_R, floor[dtype]). A correct implementation sits near 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from tools.probe import taps as tapnames
+from tools.probe.align import Aligned
+
+# Harmless relative noise of a correct implementation in each dtype (summation order,
+# fused kernels, different rounding points). Calibrated so the bug-free subjects show zero
+# divergent taps on every supported config (tests/tools/test_no_false_alarms.py).
+NOISE_FLOOR = {"float64": 1e-10, "float32": 2e-5, "float16": 1e-3, "bfloat16": 8e-3}
+# A greedy token counts as wrong only when it loses to the best by more than this many logits:
+# near-ties legitimately flip under each dtype's noise.
+TOKEN_MARGIN = {"float64": 1e-6, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
+THRESHOLD = 4.0  # ratio above which a row diverges
+NONFINITE_ERROR = 1.0  # relative error charged to a row whose inf/nan pattern differs
+
+
+@dataclass
+class TapStat:
+    tap: str
+    request: int
+    positions: list[int]
+    steps: list[int]
+    ratio: torch.Tensor  # [P]
+    err_t: torch.Tensor  # [P]
+    err_r: torch.Tensor  # [P]
+    nonfinite: bool = False  # the target has inf/nan where the reference does not
+
+    @property
+    def max_ratio(self) -> float:
+        return float(self.ratio.max()) if len(self.positions) else 0.0
+
+    def divergent(self, threshold: float = THRESHOLD) -> list[int]:
+        """Row indices above threshold."""
+        return torch.nonzero(self.ratio > threshold).flatten().tolist()
+
+
+@dataclass
+class Divergence:
+    tap: str
+    step: int
+    requests: list[int]
+    positions: list[int]
+    steps: list[int]
+    ratio: float
+    nonfinite: bool = False
+    evidence: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "tap": self.tap,
+            "step": self.step,
+            "requests": self.requests,
+            "positions": self.positions,
+            "ratio": round(self.ratio, 3),
+        }
+
+
+def row_errors(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[P, F] x, y -> ([P] relative error, [P] nonfinite mismatch), over the finite part of y."""
+    x, y = x.double(), y.double()
+    fin_y, fin_x = torch.isfinite(y), torch.isfinite(x)
+    mismatch = (fin_x != fin_y).any(-1)
+    both = fin_x & fin_y
+    diff = torch.where(both, x - y, torch.zeros_like(y))
+    ref = torch.where(fin_y, y, torch.zeros_like(y))
+    scale = ref.norm(dim=-1)
+    tiny = 1e-6 * scale.mean().clamp_min(1e-30)  # rows that are ~0 in the reference
+    err = diff.norm(dim=-1) / torch.maximum(scale, tiny)
+    return torch.where(mismatch, torch.maximum(err, torch.full_like(err, NONFINITE_ERROR)), err), mismatch
+
+
+def robust_ratio(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float):
+    """[P, F] target, reference-at-dtype, high-precision reference -> ([P] ratio, err_t, err_r, nonfinite)."""
+    err_t, bad_t = row_errors(t, y)
+    err_r, _ = row_errors(r, y)
+    return err_t / err_r.clamp_min(floor), err_t, err_r, bool(bad_t.any())
+
+
+# Taps where engines may legitimately mask different entries with -inf (transformers reports its
+# logits after top-k/top-p, vLLM-style engines before): compared on the entries finite in both;
+# truncation itself is judged on `sampler.probs`.
+MASK_TOLERANT = ("sampler.logits",)
+# Taps judged as sampling (kept sets, see `kept_set_error`), not by a per-element error ratio: a
+# token near a top-k / top-p / min-p cut flips in or out under any rounding noise.
+SAMPLING_JUDGED = ("sampler.probs", "sampler.token")
+# Logit noise of a sampler's own arithmetic (fp32 softmax / cumsum over the vocab), and the floor
+# of its probabilities' relative error: engines run the sampler in fp32 whatever the model dtype.
+SAMPLER_EPS = 1e-4
+SAMPLER_FLOOR = NOISE_FLOOR["float32"]
+# A token this improbable under the loosest kept set cannot be told kept from dropped by sampling.
+PROB_FLOOR = 1e-9
+
+
+def common_finite(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor):
+    """Blank (to 0) every entry that is not finite in all three, so only the shared part compares."""
+    keep = torch.isfinite(t) & torch.isfinite(r) & torch.isfinite(y)
+    return tuple(torch.where(keep, x.double(), torch.zeros((), dtype=torch.float64)) for x in (t, r, y))
+
+
+def tap_stats(aligned: list[Aligned], dtype: str) -> list[TapStat]:
+    """Ratio statistics of the taps compared element-wise (the sampling-judged ones are skipped)."""
+    floor = NOISE_FLOOR[dtype]
+    stats = []
+    for a in aligned:
+        if a.tap in SAMPLING_JUDGED:
+            continue
+        t, r, y = common_finite(a.t, a.r, a.y) if a.tap in MASK_TOLERANT else (a.t, a.r, a.y)
+        ratio, err_t, err_r, nonfinite = robust_ratio(t, r, y, floor)
+        stats.append(TapStat(a.tap, a.request, a.positions, a.steps, ratio, err_t, err_r, nonfinite))
+    return stats
+
+
+def kept_set_error(t_probs: torch.Tensor, x: torch.Tensor, sure: torch.Tensor, maybe: torch.Tensor):
+    """One sampled row, judged as sampling: [V] target probabilities, [V] the sampler input they came
+    from (after penalties / temperature), [V] bool kept bounds of the reference sampler on that input
+    -> (error, number of tokens kept or dropped against the reference beyond its noise margin).
+
+    The reference distribution is the softmax of `x` over the surely kept tokens plus the undecided
+    ones the target kept; error = relative L2 distance to it + the share of decided mismatches
+    (each a logic difference in the cut, however small its mass). 0 for a correct sampler."""
+    x, t = x.double(), t_probs.double()
+    if not bool(torch.isfinite(t).all()):
+        return NONFINITE_ERROR, 0
+    t_kept = t > 0
+    loose = torch.softmax(x.masked_fill(~maybe, float("-inf")), -1)
+    observable = loose > PROB_FLOOR
+    wrong = ((t_kept & ~maybe & (t > PROB_FLOOR)) | (~t_kept & sure & observable)).sum()
+    keep = sure | (maybe & t_kept)
+    s = torch.softmax(x.masked_fill(~keep, float("-inf")), -1)
+    err = float((t - s).norm() / s.norm()) + float(wrong) / max(1, int(keep.sum()))
+    return err, int(wrong)
+
+
+def sampling_stat(
+    tap: str, request: int, positions: list[int], steps: list[int], errors: list[float], nonfinite: bool = False
+) -> TapStat:
+    """Per-row sampling errors (`kept_set_error`, or 0/1 for a token outside the kept set) as a TapStat
+    whose ratio is measured against the sampler's own noise floor."""
+    err = torch.tensor(errors, dtype=torch.float64)
+    floor = torch.full_like(err, SAMPLER_FLOOR)
+    return TapStat(tap, request, positions, steps, err / SAMPLER_FLOOR, err, floor, nonfinite)
+
+
+def first_divergence(stats: list[TapStat], threshold: float = THRESHOLD) -> Divergence | None:
+    """Earliest tap (step, then execution order) whose divergence is real, or None."""
+    for stat, step in _candidates(stats, threshold):
+        if _is_real(stat, stats, threshold):
+            return _describe(stat.tap, step, stats, threshold)
+    return None
+
+
+def _candidates(stats: list[TapStat], threshold: float):
+    events = []
+    for s in stats:
+        rows = s.divergent(threshold)
+        if rows:
+            events.append((min(s.steps[i] for i in rows), tapnames.order_key(s.tap), s.request, s))
+    events.sort(key=lambda e: e[:3])
+    return [(e[3], e[0]) for e in events]
+
+
+def _is_real(stat: TapStat, stats: list[TapStat], threshold: float) -> bool:
+    """Real = stays elevated on the residual stream downstream, or reaches the output."""
+    if tapnames.split(stat.tap)[1] in tapnames.OUTPUT_TAPS:
+        return True
+    first_pos = min(stat.positions[i] for i in stat.divergent(threshold))
+    later = [s for s in stats if s.request == stat.request and tapnames.order_key(s.tap) > tapnames.order_key(stat.tap)]
+    for s in later:
+        if s.tap in _stream_taps(stat.tap) or tapnames.split(s.tap)[1] in tapnames.OUTPUT_TAPS:
+            if any(s.positions[i] >= first_pos for i in s.divergent(threshold)):
+                return True
+    return False
+
+
+def _stream_taps(tap: str) -> set[str]:
+    """Residual-stream taps that carry a divergence at `tap` forward."""
+    layer, _ = tapnames.split(tap)
+    if layer is None:
+        return {"layers.0.resid_mid", "layers.0.out", "final_norm"}
+    return {
+        f"layers.{layer}.resid_mid",
+        f"layers.{layer}.out",
+        f"layers.{layer + 1}.out",
+        f"layers.{layer + 1}.resid_mid",
+        "final_norm",
+    }
+
+
+def _describe(tap: str, step: int, stats: list[TapStat], threshold: float) -> Divergence:
+    requests, positions, steps, ratio, nonfinite = [], set(), set(), 0.0, False
+    for s in stats:
+        if s.tap != tap:
+            continue
+        rows = s.divergent(threshold)
+        if rows:
+            requests.append(s.request)
+            positions.update(s.positions[i] for i in rows)
+            steps.update(s.steps[i] for i in rows)
+            ratio = max(ratio, float(s.ratio[rows].max()))
+            nonfinite = nonfinite or s.nonfinite
+    return Divergence(tap, step, sorted(set(requests)), sorted(positions), sorted(steps), ratio, nonfinite)
+
+
+def layer_table(stats: list[TapStat]) -> list[tuple[str, float]]:
+    """Max ratio per layer (and for the embed / head taps), in execution order."""
+    table: dict[str, float] = {}
+    for s in sorted(stats, key=lambda s: tapnames.order_key(s.tap)):
+        layer, name = tapnames.split(s.tap)
+        key = f"layers.{layer}" if layer is not None else name
+        table[key] = max(table.get(key, 0.0), s.max_ratio)
+    return list(table.items())
+
+
+def divergent_taps(stats: list[TapStat], threshold: float = THRESHOLD) -> list[str]:
+    return sorted({s.tap for s in stats if s.divergent(threshold)}, key=tapnames.order_key)
+
+
+def token_divergence(
+    target_seq: list[int], n_prompt: int, high_logits: torch.Tensor, positions: list[int], margin: float
+) -> int | None:
+    """First generated position whose greedy target token loses to another by more than `margin` logits.
+
+    high_logits [P, V] of the high-precision reference at `positions`; returns a token position or None.
+    """
+    for row, p in enumerate(positions):
+        if n_prompt - 1 <= p < len(target_seq) - 1:
+            x = high_logits[row].double()
+            if float(x.max() - x[target_seq[p + 1]]) > margin:
+                return p + 1
+    return None
+
+
+def compress(values: list[int]) -> str:
+    """[0,1,2,5,6] -> '0-2, 5-6'."""
+    if not values:
+        return "-"
+    parts, start, prev = [], values[0], values[0]
+    for v in values[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(parts)

@@ -1,0 +1,364 @@
+"""The probe: run target and reference on one scenario, compare taps, say where they part.
+
+    python -m tools.probe.prober --scenario s.toml [--target transformers:bfloat16:attn_implementation=sdpa]
+                          [--reference transformers:float32] [--target-source DIR] [--json] [--keep-temp]
+
+Exit status: 0 the engines agree, 1 they diverge, 2 bad input (scenario, flag, path, tap
+pattern), 3 environment failure (an engine process crashed or timed out); see tools/errors.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import progress
+from tools.engines.protocol import RunJob, check_spec
+from tools.engines.runner import EngineRunError, end_cleanly, run_engine
+from tools.errors import EPILOG, BadInput, run_cli
+from tools.probe import compare
+from tools.probe.align import align
+from tools.probe.checkpoints import ensure_checkpoint, reference_checkpoint
+from tools.probe.trace import Trace
+from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
+
+TEXT_TAP = "detokenizer"  # pseudo-tap: the target's text is not the decoding of its own tokens
+TEXT_MISMATCH_RATIO = 1e6  # a text mismatch has no error ratio; report one far above any threshold
+
+
+@dataclass
+class ProbeResult:
+    dtype: str
+    first: compare.Divergence | None
+    tokens: dict[int, int]  # request -> first position with a wrong greedy token
+    layers: list[tuple[str, float]]
+    divergent_taps: list[str]
+    engine_runs: int
+    target: Trace | None = None
+    stats: list[compare.TapStat] = field(default_factory=list, repr=False)
+    texts: list[int] = field(default_factory=list)  # requests whose text differs (see text_divergence)
+
+    @property
+    def diverged(self) -> bool:
+        return self.first is not None or bool(self.tokens) or bool(self.texts)
+
+    @property
+    def summary(self) -> str:
+        if not self.diverged:
+            return f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
+        if self.first is None:
+            return f"tokens differ at {self.tokens} but no tap crosses the threshold"
+        f = self.first
+        return (
+            f"first divergence at {f.tap} (step {f.step}, requests {f.requests}, "
+            f"positions {compare.compress(f.positions)}, ratio {f.ratio:.3g})"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "diverged": self.diverged,
+            "dtype": self.dtype,
+            "first_divergence": self.first.to_dict() if self.first else None,
+            "first_divergence_steps": self.first.steps if self.first else [],
+            "nonfinite": bool(self.first and self.first.nonfinite),
+            "token_divergence": {str(k): v for k, v in self.tokens.items()},
+            "layers": [[k, round(v, 3)] for k, v in self.layers],
+            "divergent_taps": self.divergent_taps,
+            "engine_runs": self.engine_runs,
+            "text_divergence": self.texts,
+            "summary": self.summary,
+        }
+
+
+class Prober:
+    """Runs probes; caches reference traces, which depend only on the token sequences."""
+
+    def __init__(self, timeout: float = 600.0, device: str = "cpu"):
+        self.timeout = timeout
+        self.device = device
+        self.engine_runs = 0
+        self.runs: list[dict] = []  # what each engine run was: role, engine, dtype, source, imported from
+        self._reference_cache: dict[str, Trace] = {}
+
+    def run_target(
+        self, scenario: Scenario, source: Path | None, taps=None, native_kernels=(), coverage: bool = False
+    ) -> Trace:
+        check_spec(scenario.target, self.device)  # an option the adapter cannot tap is refused before any engine starts
+        job = RunJob(
+            scenario,
+            scenario.target,
+            str(ensure_checkpoint(scenario.model)),
+            taps=taps,
+            device=self.device,
+            native_kernels=list(native_kernels),
+            coverage_root=str(source) if coverage and source else None,
+        )
+        self.engine_runs += 1
+        with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
+            return self._logged("target", job, source, run_engine(job, source, timeout=self.timeout))
+
+    def run_reference(
+        self, scenario: Scenario, dtype: str, teacher: list[list[int]], source: Path | None, taps=None
+    ) -> Trace:
+        spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
+        checkpoint = str(reference_checkpoint(scenario))
+        key = json.dumps(
+            [
+                spec.engine,
+                dtype,
+                spec.options,
+                teacher,
+                taps,
+                str(source),
+                checkpoint,
+                [r.sampling for r in scenario.requests],
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        if key not in self._reference_cache:
+            job = RunJob(scenario, spec, checkpoint, teacher=teacher, taps=taps, device=self.device)
+            self.engine_runs += 1
+            with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
+                self._reference_cache[key] = self._logged(
+                    "reference", job, source, run_engine(job, source, timeout=self.timeout)
+                )
+        return self._reference_cache[key]
+
+    def _logged(self, role: str, job: RunJob, source: Path | None, trace: Trace) -> Trace:
+        """Record what ran (a failed run raises before this and is not a run that answered)."""
+        self.runs.append(
+            {
+                "role": role,
+                "engine": job.spec.engine,
+                "dtype": job.spec.dtype,
+                "source": str(source) if source else None,
+                "imported": imported_from(trace.meta),
+            }
+        )
+        return trace
+
+    def probe(
+        self,
+        scenario: Scenario,
+        target_source: Path | None = None,
+        reference_source: Path | None = None,
+        taps=None,
+        native_kernels=(),
+        coverage: bool = False,
+    ) -> ProbeResult:
+        runs_before = self.engine_runs
+        target = self.run_target(scenario, target_source, taps, native_kernels, coverage)
+        teacher = target.sequences()
+        high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
+        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps)
+        low = (
+            high
+            if scenario.target.dtype == high_dtype
+            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps)
+        )
+        result = compare_traces(scenario, target, low, high)
+        result.engine_runs = self.engine_runs - runs_before
+        return result
+
+
+def imported_from(meta: dict) -> str | None:
+    """The engine package file the worker imported, as its adapter reports it (`source`, `<pkg>_file`)."""
+    for key, value in meta.items():
+        if (key == "source" or key.endswith("_file")) and isinstance(value, str):
+            return value
+    return None
+
+
+def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -> ProbeResult:
+    """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
+    from tools.probe.sampler_taps import sampler_stats
+
+    dtype = scenario.target.dtype
+    stats = compare.tap_stats(align(target, low, high), dtype) + sampler_stats(scenario, target, high)
+    first = compare.first_divergence(stats)
+    texts = text_divergence(scenario, target, high)
+    taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
+    if first is None and texts:
+        first = text_divergence_record(target, texts)
+    return ProbeResult(
+        dtype=dtype,
+        first=first,
+        tokens=greedy_token_divergence(scenario, target, high),
+        layers=compare.layer_table(stats),
+        divergent_taps=taps,
+        engine_runs=0,
+        target=target,
+        stats=stats,
+        texts=texts,
+    )
+
+
+def text_divergence(scenario: Scenario, target: Trace, reference: Trace) -> list[int]:
+    """Requests whose reported text differs from the reference's decoding of the same tokens
+    (teacher forcing: same ids, so any difference is the target's detokenization). Requests with
+    stop strings are skipped (their text is cut), and so are outputs without text."""
+    out = []
+    for r, req in enumerate(scenario.requests):
+        t, ref = target.outputs[r].text, reference.outputs[r].text
+        if req.sampling.get("stop") or t is None or ref is None:
+            continue
+        if t != ref:
+            out.append(r)
+    return out
+
+
+def text_divergence_record(target: Trace, requests: list[int]) -> compare.Divergence:
+    """The text mismatch as a divergence at the `detokenizer` pseudo-tap, over the generated positions."""
+    o = target.outputs[requests[0]]
+    positions = list(range(len(o.prompt_ids), len(o.prompt_ids) + len(o.output_ids)))
+    return compare.Divergence(
+        tap=TEXT_TAP,
+        step=0,
+        requests=requests,
+        positions=positions,
+        steps=[],
+        ratio=TEXT_MISMATCH_RATIO,
+        evidence=[f"request {r}: text differs from decoding its own tokens" for r in requests],
+    )
+
+
+def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> dict[int, int]:
+    from tools.probe.align import index
+
+    logits = index(high)
+    out = {}
+    for r, req in enumerate(scenario.requests):
+        # greedy picks the argmax after penalties: use the reference's sampler logits when it has them
+        tap = "sampler.logits" if ("sampler.logits", r) in logits else "logits"
+        if not req.greedy or (tap, r) not in logits:
+            continue
+        rows = logits[(tap, r)]
+        seq = target.sequences()[r]
+        pos = compare.token_divergence(
+            seq,
+            len(target.outputs[r].prompt_ids),
+            rows.tensor,
+            rows.positions,
+            compare.TOKEN_MARGIN[scenario.target.dtype],
+        )
+        if pos is not None:
+            out[r] = pos
+    return out
+
+
+def probe(
+    scenario: Scenario, target_source: Path | None = None, reference_source: Path | None = None, **kwargs
+) -> ProbeResult:
+    return Prober().probe(scenario, target_source, reference_source, **kwargs)
+
+
+# ---- CLI -------------------------------------------------------------------------------------
+
+
+def parse_spec(text: str, base: EngineSpec) -> EngineSpec:
+    """'transformers:bfloat16:attn_implementation=sdpa,x=1' -> EngineSpec (missing parts from base)."""
+    parts = text.split(":")
+    if len(parts) > 3 or not text.strip():
+        raise BadInput(f"engine spec {text!r} is not ENGINE[:DTYPE[:key=value,...]]")
+    options = dict(base.options)
+    for kv in parts[2].split(",") if len(parts) > 2 and parts[2] else []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip():
+            raise BadInput(f"engine option {kv!r} in {text!r} is not key=value")
+        options[k.strip()] = _literal(v)
+    return EngineSpec(parts[0] or base.engine, parts[1] if len(parts) > 1 and parts[1] else base.dtype, options)
+
+
+def _literal(v: str):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(v.lower(), v)
+
+
+def render_table(result: ProbeResult) -> str:
+    lines = [f"{'where':<16}{'max ratio':>12}", "-" * 28]
+    lines += [
+        f"{name:<16}{ratio:>12.3g}" + ("  <-- diverges" if ratio > compare.THRESHOLD else "")
+        for name, ratio in result.layers
+    ]
+    lines.append("")
+    lines.append(result.summary)
+    if result.first:
+        lines.append(f"  steps {compare.compress(result.first.steps)}")
+    for r, pos in result.tokens.items():
+        lines.append(f"  request {r}: greedy tokens wrong from position {pos}")
+    lines.append(f"engine runs: {result.engine_runs}")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python -m tools.probe.prober", description=__doc__.split("\n")[0], epilog=EPILOG)
+    ap.add_argument("--scenario", required=True, type=Path)
+    ap.add_argument("--target", help="ENGINE[:DTYPE[:k=v,...]] overriding [target]")
+    ap.add_argument("--engine", help="target engine: a registered name or module:Class (docs/engines.md)")
+    ap.add_argument(
+        "--reference",
+        help="ENGINE[:DTYPE[:k=v,...]] overriding [reference]; DTYPE is the trusted "
+        "run's precision (float64 or float32), the reference also runs in the "
+        "target's dtype",
+    )
+    ap.add_argument(
+        "--target-source",
+        type=Path,
+        help="source tree under test: the folder holding the engine's package (first on PYTHONPATH)",
+    )
+    ap.add_argument("--taps", nargs="*", help="tap patterns to capture (default: all); each must match a tap")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
+    ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
+    return ap.parse_args(argv)
+
+
+def scenario_from_args(args) -> tuple[Scenario, Path | None]:
+    """The scenario with the command line's overrides, checked before any engine starts."""
+    from tools.preflight import preflight
+
+    sc = load(args.scenario)
+    if args.target:
+        sc = sc.with_target(**vars_of(parse_spec(args.target, sc.target)))
+    if args.reference:
+        spec = parse_spec(args.reference, sc.reference)
+        dtype = sc.reference.dtype
+        if len(args.reference.split(":")) > 1 and args.reference.split(":")[1]:
+            check_reference_dtype(spec.dtype)
+            dtype = spec.dtype
+        sc = sc.with_reference(engine=spec.engine, dtype=dtype, options=spec.options)
+    if args.engine:
+        sc = sc.with_target(engine=args.engine)
+    return sc, preflight(sc, args.target_source, args.taps)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    end_cleanly(args.keep_temp)
+    sc, source = scenario_from_args(args)
+    try:
+        with progress.live(quiet=args.quiet):
+            result = Prober(device=args.device).probe(sc, source, taps=args.taps)
+    except EngineRunError as e:
+        if e.log:
+            print(e.log[-2000:], file=sys.stderr)
+        raise
+    print(json.dumps(result.to_dict(), indent=2) if args.json else render_table(result))
+    return 1 if result.diverged else 0
+
+
+def vars_of(spec: EngineSpec) -> dict:
+    return {"engine": spec.engine, "dtype": spec.dtype, "options": spec.options}
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,111 @@
+"""The sampler's taps judged as sampling: both samplers fed one input (docs/design.md §3, issue 16).
+
+`sampler.logits` (penalties, temperature) is continuous and is compared by error ratio like any
+tap. `sampler.probs` and `sampler.token` are not: a top-k / top-p / min-p cut is a discontinuity,
+and a logit within rounding noise of it legitimately carries a token in or out of the kept set
+(a bf16 model moves logits by ~1e-2). So the reference sampler (tools.probe.sampling_ref) is given the
+target's own sampler input, and the target's kept set and probabilities are judged against the
+reference's kept bounds on that input, a token within the noise margin of a cut being undecided:
+
+- the target's `sampler.logits`, when it reports them before the cuts (tinyserve, vLLM-style);
+- else the target's `logits` through the reference penalties and temperature (transformers
+  reports its scores after the cuts) — tensor replacement at `sampler.logits`;
+- else (neither captured) the reference's own `sampler.logits`, with the margin widened by the
+  measured logit noise between the two.
+
+Upstream noise then cannot move a cut; a wrong cut, scale, order or renormalisation still does.
+A sampled token must lie in the reference's possibly-kept set (`sampler.token`); greedy tokens
+are judged by `tools.probe.prober.greedy_token_divergence`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tools.probe import compare
+from tools.probe.align import TapRows, index
+from tools.probe.sampling_ref import adjust_row, kept_bounds
+from tools.probe.trace import Trace
+from tools.scenario import Request, Scenario
+
+GREEDY = {"top_k": 1}  # a greedy row keeps its best token; every other token is undecided
+
+
+def sampler_stats(scenario: Scenario, target: Trace, high: Trace) -> list[compare.TapStat]:
+    """TapStats of `sampler.probs` and `sampler.token` per request, judged as sampling."""
+    t_idx, y_idx = index(target), index(high)
+    stats = []
+    for r, req in enumerate(scenario.requests):
+        probs = t_idx.get(("sampler.probs", r))
+        if probs is None:
+            continue
+        seq, n_prompt = target.sequences()[r], len(target.outputs[r].prompt_ids)
+        x, eps = sampler_input(t_idx, y_idx, r, probs.positions, seq, n_prompt, req.sampling, scenario.target.dtype)
+        if x is None:
+            continue
+        bounds = [row_bounds(x[i], req, eps) for i in range(len(probs.positions))]
+        stats.append(probs_stat(r, probs, x, bounds))
+        tokens = t_idx.get(("sampler.token", r))
+        if tokens is not None and not req.greedy:
+            stats.append(token_stat(r, tokens, probs.positions, bounds))
+    return stats
+
+
+def row_bounds(x: torch.Tensor, req: Request, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """[V] -> ([V] sure, [V] maybe). Greedy rows: engines may or may not truncate a distribution
+    they never draw from, so only the best token is sure and every token may be kept."""
+    if req.greedy:
+        sure, _ = kept_bounds(x, GREEDY, eps)
+        return sure, torch.ones_like(sure)
+    return kept_bounds(x, req.sampling, eps, mass_tol=eps)
+
+
+def probs_stat(r: int, probs: TapRows, x: torch.Tensor, bounds) -> compare.TapStat:
+    errors = [compare.kept_set_error(probs.tensor[i], x[i], *bounds[i])[0] for i in range(len(bounds))]
+    nonfinite = not bool(torch.isfinite(probs.tensor).all())
+    return compare.sampling_stat("sampler.probs", r, probs.positions, probs.steps, errors, nonfinite)
+
+
+def token_stat(r: int, tokens: TapRows, positions: list[int], bounds) -> compare.TapStat:
+    """A drawn token the reference sampler surely drops is an error of 1 (far above the floor)."""
+    rows = {p: i for i, p in enumerate(tokens.positions)}
+    keep = [p for p in positions if p in rows]
+    errors = [0.0 if bool(bounds[positions.index(p)][1][int(tokens.tensor[rows[p]][0])]) else 1.0 for p in keep]
+    steps = [tokens.steps[rows[p]] for p in keep]
+    return compare.sampling_stat("sampler.token", r, keep, steps, errors)
+
+
+def sampler_input(
+    t_idx: dict, y_idx: dict, r: int, positions: list[int], seq: list[int], n_prompt: int, sampling: dict, dtype: str
+) -> tuple[torch.Tensor | None, float]:
+    """The sampler input at `positions` ([P, V], fp64) both samplers are judged on, and its logit margin."""
+    own = _rows(t_idx.get(("sampler.logits", r)), positions)
+    ref = _rows(y_idx.get(("sampler.logits", r)), positions)
+    if own is not None and ref is not None and bool((torch.isfinite(own) | ~torch.isfinite(ref)).all()):
+        return own.double(), compare.SAMPLER_EPS  # reported before the cuts: the target's own
+    raw = _rows(t_idx.get(("logits", r)), positions)
+    if raw is not None:
+        x = [
+            adjust_row(raw[i].double(), seq[: p + 1], seq[n_prompt : p + 1], sampling) for i, p in enumerate(positions)
+        ]
+        return torch.stack(x), compare.SAMPLER_EPS
+    if ref is None:
+        return None, 0.0
+    return ref.double(), compare.SAMPLER_EPS + logit_noise(own, ref, dtype)
+
+
+def logit_noise(own: torch.Tensor | None, ref: torch.Tensor, dtype: str) -> float:
+    """[P, V] x2 -> largest |difference| over the entries finite in both (the dtype's greedy margin
+    when the target reported nothing to measure it on)."""
+    if own is None:
+        return compare.TOKEN_MARGIN[dtype]
+    both = torch.isfinite(own) & torch.isfinite(ref)
+    return float((own.double() - ref.double())[both].abs().max()) if bool(both.any()) else compare.TOKEN_MARGIN[dtype]
+
+
+def _rows(rows: TapRows | None, positions: list[int]) -> torch.Tensor | None:
+    """The rows at `positions` ([P, F]), or None when any is missing."""
+    if rows is None or not set(positions) <= set(rows.positions):
+        return None
+    at = {p: i for i, p in enumerate(rows.positions)}
+    return rows.tensor[[at[p] for p in positions]]
