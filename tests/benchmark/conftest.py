@@ -13,6 +13,10 @@ import tomli_w
 
 from benchmark.author import Step, write_patches
 
+# The bundled subject on sys.path before any test module here imports `tinyserve` (module-level
+# imports in the tests would be reordered past a side-effect import by the formatter).
+from benchmark.subjects import check_tinyserve  # noqa: F401
+
 MINISUB_OPS = '''"""Tiny arithmetic "engine" for benchmark framework tests."""
 
 
