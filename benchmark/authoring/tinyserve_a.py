@@ -12,17 +12,13 @@ Categories covered: kv-cache (3), attention (3), positional-encoding (3), numeri
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from benchmark.author import Step, write_patches
+from benchmark.authoring.common import CaseSpec, issue_text, repro_toml
+from benchmark.authoring.patches import Step
 
 SUBJECT = "tinyserve"
-CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
 
 BM = "tinyserve/engine/block_manager.py"
 SCHED = "tinyserve/engine/scheduler.py"
@@ -497,96 +493,10 @@ def d_test_norm():
     return [("tests/test_norm.py", None, TEST_NORM)]
 
 
-# ----------------------------------------------------------------------------- TOML helpers
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def toml_table(d: dict) -> str:
-    return "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
-
-
-def repro_toml(model: dict, target: dict, requests: list[dict], good_ref: str | None = None, comment: str = "") -> str:
-    out = "".join(f"# {line}\n" for line in comment.strip().splitlines()) if comment else ""
-    if good_ref:
-        out += f"good_ref = {toml_value(good_ref)}\n\n"
-    out += "[model]\n" + toml_table(model) + "\n[target]\n" + toml_table(target)
-    for r in requests:
-        out += "\n[[workload.requests]]\n" + toml_table(r)
-    return out
-
-
 def prompt(seed: int, n: int) -> list[int]:
     """n deterministic token ids, avoiding the special ids 0-2."""
     rng = random.Random(seed)
     return [rng.randint(3, 511) for _ in range(n)]
-
-
-# ----------------------------------------------------------------------------- case spec
-
-
-@dataclass
-class CaseSpec:
-    id: str
-    issue_number: int
-    category: str
-    modeled_on: list[str]
-    title: str
-    issue: str
-    repro: str
-    truth_file: str
-    truth_function: str
-    component: str
-    mechanism: str
-    steps: list[Step]
-    bug_index: int  # 1-based position of the bug step in `steps`
-    meta: dict = field(default_factory=dict)
-
-    def write(self, cases_dir: Path) -> Path:
-        folder = cases_dir / self.id
-        folder.mkdir(parents=True, exist_ok=True)
-        patches = write_patches(SUBJECT, self.steps, folder)
-        commit = patches[self.bug_index - 1].stem
-        (folder / "case.toml").write_text(
-            toml_table(
-                {
-                    "id": self.id,
-                    "issue_number": self.issue_number,
-                    "subject": SUBJECT,
-                    "category": self.category,
-                    "modeled_on": self.modeled_on,
-                    "title": self.title,
-                }
-            )
-        )
-        (folder / "issue.md").write_text(self.issue.strip() + "\n")
-        (folder / "repro.toml").write_text(self.repro)
-        (folder / "truth.toml").write_text(
-            toml_table(
-                {
-                    "file": self.truth_file,
-                    "function": self.truth_function,
-                    "commit": commit,
-                    "component": self.component,
-                    "mechanism": self.mechanism,
-                }
-            )
-        )
-        return folder
 
 
 def history(start: str, seed: int, entries: list[tuple[str, str, list]]) -> list[Step]:
@@ -634,33 +544,13 @@ def case_prefix_hash_chain() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-prefix-hash-chain",
         issue_number=1101,
         category="kv-cache",
         modeled_on=["vllm-project/vllm#12621", "openvinotoolkit/openvino.genai#3722", "tenstorrent/vllm#415"],
         title="Prefix caching serves KV from an unrelated prompt when a chunk of text repeats",
-        issue="""
-**Answers leak between requests with prefix caching on**
-
-We run a retrieval service on tinyserve (`enable_prefix_caching=True`, block_size 16). Since we
-updated to current main, a fraction of answers are clearly about the *previous* request's
-documents. It is deterministic for a given pair of requests.
-
-What we found so far:
-- request A: `[doc X][doc Y][question]`, then a bit later request B: `[doc Y][other question]`
-  (our retriever often returns the same passage in different slots) -> B's answer is wrong.
-- B alone, or B first, or prefix caching off -> B's answer is right.
-- A and B sharing their *first* document works fine, which is the case we tested when we
-  turned caching on.
-
-Greedy decoding, float32, tiny llama for the repro below; production is bf16 but it is the
-same story. The build we ran before the update (a few commits back) never did this.
-
-Repro: see the attached scenario (the two prompts are token ids; the second one starts with
-tokens 16-31 of the first).
-
-Expected: B's output identical to running B on a fresh engine.
-""",
+        issue=issue_text("ts-prefix-hash-chain"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {"enable_prefix_caching": True, "block_size": 16}},
@@ -721,26 +611,13 @@ def case_chunked_slot_mapping() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-chunked-slot-mapping",
         issue_number=1102,
         category="kv-cache",
         modeled_on=["vllm-project/vllm#36580", "NVIDIA/TensorRT-LLM#8813"],
         title="Chunked prefill with a token budget that is not a multiple of block_size changes greedy output",
-        issue="""
-Chunked prefill gives different greedy output for long prompts.
-
-Setup: tinyserve main, CPU, float32, `enable_chunked_prefill=True`, `max_num_batched_tokens=24`,
-`block_size=16`. A 60-token prompt generates a different continuation than with chunked prefill
-off (and than transformers). Logprobs of the first generated token already differ.
-
-Things I tried:
-* chunked prefill off -> matches transformers
-* `max_num_batched_tokens=32` or `48` -> also matches (!)
-* prompts shorter than the budget -> match
-
-So it seems to depend on where the chunks end. I haven't found an older version that works with
-budget 24; I think it has always been like this since chunked prefill landed.
-""",
+        issue=issue_text("ts-chunked-slot-mapping"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {
@@ -790,28 +667,13 @@ def case_shared_block_refcount() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-shared-block-refcount",
         issue_number=1103,
         category="kv-cache",
         modeled_on=["vllm-project/vllm#37076", "jjang-ai/vmlx#198"],
         title="Long request degrades after a prefix-sharing request finishes and a new one is admitted (small KV pool)",
-        issue="""
-### Output corruption under KV-cache pressure with prefix caching
-
-Our soak test runs tinyserve with a deliberately tiny KV pool (`num_kv_blocks=4`, block 16,
-prefix caching on) to exercise eviction. Since a recent update one request in the mix comes back
-with a broken tail: the first tokens are right, then it diverges from the reference.
-
-The pattern (scenario attached, float32, greedy):
-1. request 1 (33 tokens) starts;
-2. request 2 (40 tokens, its first 32 tokens are request 1's) arrives one step later;
-3. request 1 finishes after 3 tokens;
-4. request 3 (unrelated, 20 tokens) arrives.
-
-Request 2's tokens after request 3 shows up are wrong. With plenty of blocks (`num_kv_blocks`
-default) everything matches, and without prefix caching too. We did not see this a few commits
-ago. No errors or warnings anywhere; scheduler stats look normal.
-""",
+        issue=issue_text("ts-shared-block-refcount"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {
@@ -878,22 +740,13 @@ def case_swa_window_edge() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-swa-window-edge",
         issue_number=1104,
         category="attention",
         modeled_on=["vllm-project/vllm#3385", "huggingface/transformers#29623", "sgl-project/sglang#4823"],
         title="Mistral outputs drift from transformers once the prompt is longer than the sliding window",
-        issue="""
-Mistral-architecture model: tinyserve and transformers agree on short prompts but not on longer
-ones. On our tiny test checkpoint (sliding_window 32) a 48-token prompt already gives different
-greedy tokens; prompts under ~30 tokens are exact. Llama checkpoints of the same size are fine at
-any length.
-
-I first suspected RoPE at longer positions, but llama uses the same rotary code and is fine, so
-maybe something mistral-specific? Release tag (`base`) was fine for us.
-
-Env: CPU, float32, block_size 16, no prefix caching, no chunking. Scenario attached.
-""",
+        issue=issue_text("ts-swa-window-edge"),
         repro=repro_toml(
             {"arch": "mistral", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -945,22 +798,13 @@ def case_chunk_causal_offset() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-chunk-causal-offset",
         issue_number=1105,
         category="attention",
         modeled_on=["vllm-project/vllm#36580", "tenstorrent/vllm#415"],
         title="Nonsense output for long prompts when chunked prefill is enabled",
-        issue="""
-After enabling chunked prefill (`enable_chunked_prefill=True, max_num_batched_tokens=32`) long
-prompts produce garbage, short ones are OK. Turning chunked prefill off fixes it. The commit we
-deployed before this week's update (4 commits back) did not have the problem with the same config.
-
-- tinyserve main, CPU, float32, llama-type model
-- 70-token prompt: output differs from transformers from the very first generated token
-- 12-token prompt in the same batch: fine
-
-Could it be the scheduler splitting the prompt at a bad place? Scenario attached.
-""",
+        issue=issue_text("ts-chunk-causal-offset"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {
@@ -1011,22 +855,13 @@ def case_gqa_decode_layout() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-gqa-decode-layout",
         issue_number=1106,
         category="attention",
         modeled_on=["flashinfer-ai/flashinfer#1148", "flashinfer-ai/flashinfer#1614"],
         title="Only the first generated token matches transformers; every later token differs",
-        issue="""
-Greedy generation on tinyserve: the first output token always equals transformers', the second
-one already differs and from then on it is a different text. Logprob of token 1 matches to
-~1e-6, token 2 is off by a lot.
-
-Prompt length doesn't matter (tried 5 to 200 tokens). Batch size 1 or 2, same thing. I also ran
-a checkpoint without grouped-query attention (num_key_value_heads == num_attention_heads) and
-could not reproduce there, not sure that is related though.
-
-CPU, float32, default options. I don't know of a version where this worked.
-""",
+        issue=issue_text("ts-gqa-decode-layout"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
@@ -1072,23 +907,13 @@ def case_llama3_rope_context() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-llama3-rope-context",
         issue_number=1107,
         category="positional-encoding",
         modeled_on=["ggml-org/llama.cpp#24823", "unslothai/unsloth#6197"],
         title="Llama-3.1-style rope_scaling: logits differ from transformers beyond the first few positions",
-        issue="""
-## Llama 3.1 checkpoints diverge from HF
-
-Model config has `rope_scaling = {rope_type: llama3, factor: 8, low_freq_factor: 1,
-high_freq_factor: 4, original_max_position_embeddings: ...}` (tiny random model for the repro,
-`original_max_position_embeddings=256`, `max_position_embeddings=1024`).
-
-tinyserve and transformers produce different greedy tokens; hidden states start to differ
-already in layer 0 for positions past ~10. The same model without `rope_scaling` matches exactly.
-
-We updated from the `base` release where this model matched. Is llama3 scaling still supported?
-""",
+        issue=issue_text("ts-llama3-rope-context"),
         repro=repro_toml(
             {
                 "arch": "llama",
@@ -1147,25 +972,13 @@ def case_rope_packed_positions() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-rope-packed-positions",
         issue_number=1108,
         category="positional-encoding",
         modeled_on=["flashinfer-ai/flashinfer#619", "vllm-project/vllm#3869"],
         title="Output depends on what else is in the batch: concurrent requests get wrong tokens",
-        issue="""
-Outputs change with concurrency.
-
-```
-llm.generate([p1])        -> matches transformers
-llm.generate([p2])        -> matches transformers
-llm.generate([p1, p2])    -> p1 ok, p2 garbage (and later tokens of p1 too)
-```
-
-float32, greedy, CPU, default engine options (no prefix caching, no chunking). Happens with any
-two prompts of different lengths I tried. Looks like requests are interfering with each other,
-maybe the KV cache is shared wrongly between sequences? It worked three commits ago (we pin
-main), the scenario below is what I run.
-""",
+        issue=issue_text("ts-rope-packed-positions"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
@@ -1219,19 +1032,13 @@ def case_linear_rope_twice() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-linear-rope-twice",
         issue_number=1109,
         category="positional-encoding",
         modeled_on=["unslothai/unsloth#6197", "huggingface/transformers#25681"],
         title="Linear RoPE scaling (factor 4) model generates degraded text compared to transformers",
-        issue="""
-We fine-tuned with linear RoPE scaling (`rope_scaling: {type: linear, factor: 4.0}`) and serve
-with tinyserve. Quality is noticeably worse than in our eval harness (transformers). On a tiny
-random model with the same rope config I get different greedy tokens from the first one on.
-
-Without `rope_scaling` both engines agree exactly, so it is something about the scaled model.
-Maybe the factor is read incorrectly? Float32 on CPU, default engine options.
-""",
+        issue=issue_text("ts-linear-rope-twice"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0, "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
@@ -1277,20 +1084,13 @@ def case_gemma_fused_norm_offset() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-gemma-fused-norm-offset",
         issue_number=1110,
         category="numerics",
         modeled_on=["vllm-project/vllm#5908", "ggml-org/llama.cpp#8197", "vllm-project/vllm#40290"],
         title="Gemma 2 answers with the same token over and over; Llama fine",
-        issue="""
-gemma2 checkpoint -> every generated token is the same id (0, i.e. `<pad>` in our vocab), for
-any prompt. Logprobs are all about -6.2 (= log(1/512), flat distribution?). No NaN, no warning.
-
-Llama and Mistral checkpoints on the same build are fine. Gemma 2 worked for us on the build
-from four commits ago.
-
-float32, CPU, default options, scenario attached.
-""",
+        issue=issue_text("ts-gemma-fused-norm-offset"),
         repro=repro_toml(
             {"arch": "gemma2", "seed": 0},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
@@ -1347,22 +1147,13 @@ def case_config_eps_defaults() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-config-eps-defaults",
         issue_number=1111,
         category="numerics",
         modeled_on=["ggml-org/llama.cpp#21390", "ROCm/aiter#2586"],
         title="Small but systematic logprob mismatch vs transformers on one Llama checkpoint",
-        issue="""
-Not sure this is a bug, but: on one of our Llama checkpoints tinyserve's logprobs are off by
-~1e-2 compared with transformers (float32 both!), and after a few tokens greedy picks a different
-token. Another Llama checkpoint matches to 1e-6 on the same build, so it's not the engine in
-general. The two checkpoints differ in size and in a couple of config values (the bad one is a
-Llama-2 style export: rms_norm_eps 1e-5, 2 layers).
-
-We have always been on main, no known good version.
-
-Tiny repro with random weights attached (same config values), two prompts, greedy.
-""",
+        issue=issue_text("ts-config-eps-defaults"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0, "rms_norm_eps": 1e-5},
             {"engine": "tinyserve", "dtype": "float32", "options": {}},
@@ -1447,23 +1238,13 @@ def case_rope_invfreq_bf16() -> CaseSpec:
         ],
     )
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-rope-invfreq-bf16",
         issue_number=1112,
         category="numerics",
         modeled_on=["huggingface/transformers#29285", "huggingface/transformers#25681", "EleutherAI/gpt-neox#1003"],
         title="bfloat16 generations degrade with prompt length; float32 is fine",
-        issue="""
-Since updating to latest main our bf16 deployment produces visibly worse text on longer prompts.
-Running the same model in float32 gives exactly the transformers output, and bf16 used to be
-within normal bf16 noise of it (we compare against transformers bf16 in CI).
-
-Now in bf16 the greedy tokens differ from transformers-bf16 after a handful of tokens on a ~90
-token prompt; on a 10 token prompt the difference is small. The mismatch seems to grow with
-position. Our CI job was green three commits ago.
-
-CPU, bfloat16, llama-type model, default options. The attached scenario is a tiny random model
-with our rope_theta (1000) and a larger init so that the effect shows on a short prompt.
-""",
+        issue=issue_text("ts-rope-invfreq-bf16"),
         repro=repro_toml(
             {"arch": "llama", "seed": 0, "initializer_range": 0.2, "rope_theta": 1000.0},
             {"engine": "tinyserve", "dtype": "bfloat16", "options": {}},
@@ -1480,40 +1261,17 @@ with our rope_theta (1000) and a larger init so that the effect shows on a short
     )
 
 
-def all_cases() -> list[CaseSpec]:
-    return [
-        case_prefix_hash_chain(),
-        case_chunked_slot_mapping(),
-        case_shared_block_refcount(),
-        case_swa_window_edge(),
-        case_chunk_causal_offset(),
-        case_gqa_decode_layout(),
-        case_llama3_rope_context(),
-        case_rope_packed_positions(),
-        case_linear_rope_twice(),
-        case_gemma_fused_norm_offset(),
-        case_config_eps_defaults(),
-        case_rope_invfreq_bf16(),
-    ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.authoring.tinyserve_a", description=__doc__.split("\n")[0])
-    ap.add_argument("cases", nargs="*", help="case ids to (re)write (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = ap.parse_args(argv)
-    specs = all_cases()
-    wanted = set(args.cases) or {s.id for s in specs}
-    unknown = wanted - {s.id for s in specs}
-    if unknown:
-        print(f"unknown case ids: {', '.join(sorted(unknown))}", file=sys.stderr)
-        return 2
-    for spec in specs:
-        if spec.id in wanted:
-            folder = spec.write(args.cases_dir)
-            print(f"wrote {folder} ({len(spec.steps)} commits, bug at {spec.bug_index:02d})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = [
+    case_prefix_hash_chain(),
+    case_chunked_slot_mapping(),
+    case_shared_block_refcount(),
+    case_swa_window_edge(),
+    case_chunk_causal_offset(),
+    case_gqa_decode_layout(),
+    case_llama3_rope_context(),
+    case_rope_packed_positions(),
+    case_linear_rope_twice(),
+    case_gemma_fused_norm_offset(),
+    case_config_eps_defaults(),
+    case_rope_invfreq_bf16(),
+]

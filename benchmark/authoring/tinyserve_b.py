@@ -9,15 +9,11 @@ the case folder's case.toml / issue.md / repro.toml / truth.toml are rewritten e
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from benchmark.author import Step
-from benchmark.authoring.common import CaseSpec, repro_toml
-from benchmark.cases import BUNDLED_CASES_DIR
+from benchmark.authoring.common import CaseSpec, issue_text, repro_toml
+from benchmark.authoring.patches import Step
 
 SUBJECT = "tinyserve"
 
@@ -568,23 +564,7 @@ def case_mixed_step_prefill_offset() -> CaseSpec:
         category="batching",
         modeled_on=["flashinfer-ai/flashinfer#4382", "NVIDIA/TensorRT-LLM#8813"],
         title="With chunked prefill on, a request that arrives while another is decoding gets garbage output",
-        issue="""
-We turned on chunked prefill on our tinyserve staging box and started seeing broken answers, but
-only under load. Single requests are fine.
-
-What I can reproduce locally (CPU, float32, llama-style checkpoint):
-
-- `enable_chunked_prefill=True, max_num_batched_tokens=64, block_size=16`
-- request A (12 prompt tokens) starts, and a few engine steps later request B (22 prompt tokens)
-  comes in while A is still generating
-- B's output is nonsense from its very first token, and A's output changes at the same step B
-  arrives (A's continuation after that point differs from what A produces alone)
-
-If both requests are submitted together, everything matches transformers. With chunked prefill off
-the staggered case is also fine. Looks like some kind of cross-talk between requests in the same step?
-
-Worked fine on the build we had last month, see repro.toml for the ref.
-""",
+        issue=issue_text("ts-mixed-step-prefill-offset"),
         repro=repro_toml(
             {"arch": "llama", "seed": 1},
             {
@@ -657,16 +637,7 @@ def case_stale_block_table_row() -> CaseSpec:
         category="batching",
         modeled_on=["tenstorrent/vllm-tt-plugin#104", "NVIDIA/TensorRT-LLM#8813"],
         title="Long request's output turns to garbage right after a shorter request in the same batch finishes",
-        issue="""
-Batch of two greedy requests, different `max_tokens`. The short one (max_tokens=4) is fine. The long
-one matches transformers token for token until the short one finishes, and from the very next
-token on it's different. Different enough that it looks like it is continuing someone else's text.
-
-If I give both the same `max_tokens` both are correct. If I run the long one alone, correct.
-
-tinyserve, CPU, float32, block_size 16, default everything else. Prompts ~20 tokens each.
-I haven't been able to find a version without this.
-""",
+        issue=issue_text("ts-stale-block-table-row"),
         repro=repro_toml(
             {"arch": "llama", "seed": 2},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -740,18 +711,7 @@ def case_penalty_counts_slot() -> CaseSpec:
         category="batching",
         modeled_on=["huggingface/text-generation-inference#1765", "huggingface/transformers#39457"],
         title="frequency_penalty acts on tokens the request never generated once another request in the batch finishes",
-        issue="""
-We use `frequency_penalty` / `presence_penalty` (OpenAI-style) for a chat workload. Since upgrading,
-outputs in busy periods got noticeably worse: the model avoids tokens it never said.
-
-Minimal case: two seeded requests (temperature 0.8) with the same penalties in one batch, one with
-max_tokens=3 and one with max_tokens=12. Up to the moment the short one is done the long one is
-identical to a solo run with the same seed; afterwards its sampling distribution looks penalised
-by something. Same requests sent one at a time:
-both fine. I haven't tried other penalty types.
-
-float32 on CPU, block_size 16, no chunked prefill. The ref in repro.toml is from before the upgrade.
-""",
+        issue=issue_text("ts-penalty-counts-slot"),
         repro=repro_toml(
             {"arch": "llama", "seed": 3},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -810,17 +770,7 @@ def case_rep_penalty_batch_union() -> CaseSpec:
         category="sampling",
         modeled_on=["huggingface/text-generation-inference#1765", "huggingface/transformers#39457"],
         title="repetition_penalty output depends on what else is in the batch",
-        issue="""
-Seeded sampling (temperature 0.8) with `repetition_penalty=1.3`. The same prompt and seed give a
-different completion depending on whether another request is being served at the same time. Alone,
-the per-step distributions match HF's RepetitionPenaltyLogitsProcessor; batched with a second
-(unrelated, greedy, no penalty) prompt they don't.
-
-Without repetition_penalty the batched and solo outputs are identical, so it's not a general
-batching nondeterminism thing.
-
-float32, CPU, two requests submitted together. It used to be consistent (see good_ref).
-""",
+        issue=issue_text("ts-rep-penalty-batch-union"),
         repro=repro_toml(
             {"arch": "llama", "seed": 4},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -873,17 +823,7 @@ def case_min_p_logit_space() -> CaseSpec:
         category="sampling",
         modeled_on=["state-spaces/mamba#1010", "state-spaces/mamba#927", "vllm-project/vllm-metal#728"],
         title="min_p filters far more (or far fewer) tokens than the same min_p in transformers",
-        issue="""
-I'm comparing sampling distributions between tinyserve and transformers for a sampling-quality
-study. With `temperature=0.9, min_p=0.2` the set of tokens that survive the filter in tinyserve is
-not the one HF's MinPLogitsWarper keeps: per step, tinyserve's distribution puts zero mass on many
-tokens that HF keeps (and I think sometimes the reverse?). top-k and top-p I haven't checked
-carefully.
-
-`min_p=0` -> distributions match. Greedy unaffected (as expected).
-
-CPU, float32, seeded requests. I don't think this ever matched.
-""",
+        issue=issue_text("ts-min-p-logit-space"),
         repro=repro_toml(
             {"arch": "llama", "seed": 5},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -943,16 +883,7 @@ def case_temperature_before_penalties() -> CaseSpec:
         category="sampling",
         modeled_on=["vllm-project/vllm-metal#728", "mlc-ai/mlc-llm#1693"],
         title="presence/frequency penalties much stronger than expected at low temperature",
-        issue="""
-Since the last update our frequency_penalty settings behave differently: at temperature 0.6 with
-frequency_penalty 0.8 the sampled text avoids repeats far more aggressively than before, at
-temperature 1.0 it looks about the same as before. Comparing the per-step sampling distribution
-against a vLLM-semantics reference, it diverges from the first repeated token on.
-
-repetition_penalty alone: no difference that I can see. Penalties 0: no difference.
-
-Environment: tinyserve on CPU, float32. Last release tag (`base` in repro.toml) was fine.
-""",
+        issue=issue_text("ts-temperature-before-penalties"),
         repro=repro_toml(
             {"arch": "llama", "seed": 6},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1012,15 +943,7 @@ def case_splitkv_lse_base() -> CaseSpec:
         category="kernel",
         modeled_on=["flashinfer-ai/flashinfer#58", "local-inference-lab/vllm#17"],
         title="Generation quality drops once the context is longer than ~64 tokens",
-        issue="""
-Greedy decoding with prompts of 80+ tokens drifts away from transformers right after the first
-generated token. Prompts under ~60 tokens are perfect, exact match for 16 tokens. The first token
-after the prompt is always right, it's the tokens after it that go wrong.
-
-No batching needed, a single request shows it. CPU, float32, block_size 16.
-Setting `native_kernels=["paged_attention"]` makes it go away, so I assume something in the fast
-attention path, but I don't know which part. Commit from a couple of weeks ago is fine.
-""",
+        issue=issue_text("ts-splitkv-lse-base"),
         repro=repro_toml(
             {"arch": "llama", "seed": 7},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1073,15 +996,7 @@ def case_prefill_softmax_rescale() -> CaseSpec:
         category="kernel",
         modeled_on=["Dao-AILab/flash-attention#2717", "flashinfer-ai/flashinfer#61"],
         title="Outputs wrong for prompts longer than 32 tokens (short prompts OK)",
-        issue="""
-After pulling main, answers to longer prompts are off. I bisected by prompt length rather than by
-commit: up to 32 prompt tokens tinyserve matches transformers (float32, greedy, identical tokens
-and logprobs within 1e-5); from 33 tokens on the very first generated token already has a
-different logprob and the text diverges within a few tokens.
-
-Single request, default options, block_size 16. Doesn't matter whether prefix caching or chunked
-prefill is on. An older checkout (ref in repro.toml) doesn't have the problem.
-""",
+        issue=issue_text("ts-prefill-softmax-rescale"),
         repro=repro_toml(
             {"arch": "llama", "seed": 8},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1129,16 +1044,7 @@ def case_swa_tile_skip() -> CaseSpec:
         category="kernel",
         modeled_on=["sgl-project/sglang#4823", "Dao-AILab/flash-attention#2550"],
         title="Mistral (sliding window) + chunked prefill: long prompts give different output",
-        issue="""
-Mistral-architecture checkpoint (sliding_window=32 in the tiny test model we use for CI). With
-`enable_chunked_prefill=True, max_num_batched_tokens=24` an 80-token prompt generates different
-tokens than transformers; with chunked prefill disabled it's an exact match. Llama checkpoints with
-the same chunked settings match, so it seems tied to the window.
-
-I first suspected the scheduler since it only happens with chunking, but the chunk boundaries
-look right to me in the debug log. float32, CPU, block_size 16.
-As far as I know this never worked.
-""",
+        issue=issue_text("ts-swa-tile-skip"),
         repro=repro_toml(
             {"arch": "mistral", "seed": 9},
             {
@@ -1194,14 +1100,7 @@ def case_mistral_window_dropped() -> CaseSpec:
         category="model-config",
         modeled_on=["vllm-project/vllm#5908", "sgl-project/sglang#4823"],
         title="Mistral-style model: outputs diverge from HF once prompt + output exceed the sliding window",
-        issue="""
-Mistral checkpoint, greedy. Short prompts are identical to transformers. With a 50-token prompt the
-first generated token already differs in logprob and the text soon after. Our test model has
-sliding_window=32 in config.json, so the cutoff lines up with the window.
-
-Llama and qwen2 checkpoints are unaffected. Happens with and without prefix caching. float32, CPU.
-This regressed recently, the ref in repro.toml is good.
-""",
+        issue=issue_text("ts-mistral-window-dropped"),
         repro=repro_toml(
             {"arch": "mistral", "seed": 10},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1244,15 +1143,7 @@ def case_gemma2_query_scale() -> CaseSpec:
         category="model-config",
         modeled_on=["ggml-org/llama.cpp#8197", "ggml-org/llama.cpp#8240"],
         title="Gemma 2 variant with query_pre_attn_scalar != head_dim produces different logits than transformers",
-        issue="""
-We have a Gemma-2-architecture model where `query_pre_attn_scalar` (32) is not equal to `head_dim`
-(16), like the 27B release where it's 144 vs 128. Its outputs in tinyserve don't match transformers:
-logits already differ at the first prompt position, text diverges quickly.
-
-The standard small gemma2 config (where the two are equal) matches fine. Everything else in the
-config is the stock tiny gemma2 preset (soft-capping, sliding window 32). CPU, float32, greedy.
-I can't find a tinyserve version where this variant works.
-""",
+        issue=issue_text("ts-gemma2-query-scale"),
         repro=repro_toml(
             {"arch": "gemma2", "seed": 11, "query_pre_attn_scalar": 32},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1298,17 +1189,7 @@ def case_rope_theta_legacy() -> CaseSpec:
         category="model-config",
         modeled_on=["unslothai/unsloth#6197", "ggml-org/llama.cpp#24823"],
         title="Qwen2 checkpoint (rope_theta 1e6) diverges from transformers; rope_theta 10000 models are fine",
-        issue="""
-After updating tinyserve, a Qwen2 model saved with transformers 5 gives different output from
-transformers. Greedy, float32. The first prompt positions agree, further positions drift, and the
-generated text is different from the first token on.
-
-What differs between the model that breaks and the ones that don't: the broken one has
-`rope_theta = 1000000.0` (inside `rope_parameters` in config.json), the good ones use the default
-10000. Could the rope base not be picked up?
-
-CPU, block_size 16, no other options. The previous commit range (good_ref) is fine.
-""",
+        issue=issue_text("ts-rope-theta-legacy"),
         repro=repro_toml(
             {"arch": "qwen2", "seed": 12, "rope_theta": 1000000.0},
             {"engine": "tinyserve", "dtype": "float32", "options": {"block_size": 16}},
@@ -1326,38 +1207,16 @@ CPU, block_size 16, no other options. The previous commit range (good_ref) is fi
 
 
 CASES = [
-    case_mixed_step_prefill_offset,
-    case_stale_block_table_row,
-    case_penalty_counts_slot,
-    case_rep_penalty_batch_union,
-    case_min_p_logit_space,
-    case_temperature_before_penalties,
-    case_splitkv_lse_base,
-    case_prefill_softmax_rescale,
-    case_swa_tile_skip,
-    case_mistral_window_dropped,
-    case_gemma2_query_scale,
-    case_rope_theta_legacy,
+    case_mixed_step_prefill_offset(),
+    case_stale_block_table_row(),
+    case_penalty_counts_slot(),
+    case_rep_penalty_batch_union(),
+    case_min_p_logit_space(),
+    case_temperature_before_penalties(),
+    case_splitkv_lse_base(),
+    case_prefill_softmax_rescale(),
+    case_swa_tile_skip(),
+    case_mistral_window_dropped(),
+    case_gemma2_query_scale(),
+    case_rope_theta_legacy(),
 ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.authoring.tinyserve_b", description=__doc__.split("\n")[0])
-    ap.add_argument("cases", nargs="*", help="case ids to write (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=BUNDLED_CASES_DIR)
-    args = ap.parse_args(argv)
-    specs = [make() for make in CASES]
-    unknown = set(args.cases) - {s.id for s in specs}
-    if unknown:
-        print(f"unknown case ids: {sorted(unknown)}", file=sys.stderr)
-        return 2
-    for spec in specs:
-        if args.cases and spec.id not in args.cases:
-            continue
-        folder = spec.write(args.cases_dir)
-        print(f"wrote {folder} ({len(spec.steps)} commits, bug at {spec.bug_index:02d})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,17 +12,10 @@ edit is a (file, old_text, new_text) replacement against the subject's current s
 
 from __future__ import annotations
 
-import argparse
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-
-import tomli_w
-
-from benchmark.author import Step, write_patches
+from benchmark.authoring.common import CaseSpec, issue_text
+from benchmark.authoring.patches import Step
 
 SUBJECT = "tinyserve"
-CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
 
 QMM = "tinyserve/ops/quant_matmul.py"
 QUANT = "tinyserve/quantization.py"
@@ -45,39 +38,6 @@ MEI = "Mei Lin <mei.lin.dev@gmail.com>"
 RAFAEL = "Rafael Costa <rcosta@tinyserve.dev>"
 ANYA = "Anya Volkova <a.volkova@tinyserve.dev>"
 TARIQ = "Tariq Haddad <tariq.haddad@outlook.com>"
-
-
-@dataclass
-class CaseSpec:
-    id: str
-    issue_number: int
-    category: str
-    modeled_on: list[str]
-    title: str
-    issue: str
-    repro: dict
-    truth: dict  # file, function, component, mechanism (commit filled in)
-    steps: list[Step]
-    bug_step: int  # 1-based
-
-    def write(self, cases_dir: Path) -> Path:
-        folder = cases_dir / self.id
-        folder.mkdir(parents=True, exist_ok=True)
-        patches = write_patches(SUBJECT, self.steps, folder)
-        meta = {
-            "id": self.id,
-            "issue_number": self.issue_number,
-            "subject": SUBJECT,
-            "category": self.category,
-            "modeled_on": self.modeled_on,
-            "title": self.title,
-        }
-        (folder / "case.toml").write_text(tomli_w.dumps(meta))
-        (folder / "issue.md").write_text(self.issue.strip() + "\n")
-        (folder / "repro.toml").write_text(tomli_w.dumps(self.repro))
-        truth = {**self.truth, "commit": patches[self.bug_step - 1].stem}
-        (folder / "truth.toml").write_text(tomli_w.dumps(truth))
-        return folder
 
 
 def steps(dated: list[tuple[str, str, str, list]]) -> list[Step]:
@@ -212,21 +172,6 @@ def case_int4_group_scales() -> CaseSpec:
             ),
         ]
     )
-    issue = """
-int4 weight-only quantization gives clearly worse generations than int8 on the same model: the
-greedy continuation leaves the int8/float one after a few tokens, and the logits are off by far
-more than I'd expect from 4-bit rounding (I compared against the same weights dequantized and
-loaded into transformers, which should be near-identical).
-
-Things I tried:
-- `quant_group_size = 32` (the default) and 16: both off by about the same amount, although
-  smaller groups should be the more accurate ones.
-- int8 on the same checkpoint: matches its dequantized reference.
-- `native_kernels` left at the default.
-
-Setup: CPU, float32, llama-style checkpoint with hidden_size 64, engine options
-`quantization = "int4"`. It worked when I first tried int4 a couple of weeks ago.
-"""
     reqs = [
         {
             "prompt_ids": [12, 87, 301, 45, 9, 230, 118, 64, 77, 402, 15, 290, 33, 150],
@@ -235,22 +180,21 @@ Setup: CPU, float32, llama-style checkpoint with hidden_size 64, engine options
         }
     ]
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-int4-group-scales",
         issue_number=1401,
         category="quantization",
         modeled_on=["ModelCloud/GPTQModel#2350", "ggerganov/llama.cpp#8311"],
         title="int4 weight-only quantization far off its dequantized reference; int8 fine",
-        issue=issue,
+        issue=issue_text("ts-int4-group-scales"),
         repro=repro("llama", "float32", {"quantization": "int4"}, reqs, good_ref="HEAD~4"),
-        truth={
-            "file": QMM,
-            "function": "_int4_matmul",
-            "component": "quantization",
-            "mechanism": "int4 scales/zero points [O, G] reshaped to [G, O] instead of transposed, so with more "
-            "than one group per row each group is scaled by another channel's scale",
-        },
+        truth_file=QMM,
+        truth_function="_int4_matmul",
+        component="quantization",
+        mechanism="int4 scales/zero points [O, G] reshaped to [G, O] instead of transposed, so with more "
+        "than one group per row each group is scaled by another channel's scale",
         steps=history,
-        bug_step=4,
+        bug_index=4,
     )
 
 
@@ -363,18 +307,6 @@ def case_spec_rollback_partial_block() -> CaseSpec:
             ),
         ]
     )
-    issue = """
-With n-gram speculative decoding switched on, greedy output is no longer the same as without it.
-The first few tokens agree, then the continuation changes and stays different. Without
-`speculative` the same prompts reproduce transformers exactly.
-
-It looks data dependent: prompts where the lookup never finds a match give identical output, and on
-one prompt I only saw it after a few speculative steps. With `block_size = 1` I could not
-reproduce it; 4 and 16 both show it. Nothing crashes, no warnings.
-
-CPU, float32, llama checkpoint, options `speculative = "ngram"`, `num_speculative_tokens = 3`,
-`block_size = 4`.
-"""
     loop = [104, 23, 87, 311, 56, 9]
     reqs = [
         {"prompt_ids": loop * 4 + [104, 23], "max_tokens": 16, "sampling": {"temperature": 0.0, "ignore_eos": True}},
@@ -385,22 +317,21 @@ CPU, float32, llama checkpoint, options `speculative = "ngram"`, `num_speculativ
         },
     ]
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-spec-rollback-partial-block",
         issue_number=1402,
         category="spec-decode",
         modeled_on=["sgl-project/sglang#24175", "vllm-project/vllm#36580"],
         title="Greedy output changes when n-gram speculative decoding is on",
-        issue=issue,
+        issue=issue_text("ts-spec-rollback-partial-block"),
         repro=repro("llama", "float32", {"speculative": "ngram", "num_speculative_tokens": 3, "block_size": 4}, reqs),
-        truth={
-            "file": SPEC,
-            "function": "free_tail_blocks",
-            "component": "kv-cache",
-            "mechanism": "rollback after a rejected draft keeps floor(num_tokens / block_size) blocks, freeing the "
-            "partly filled block that still holds accepted tokens' KV",
-        },
+        truth_file=SPEC,
+        truth_function="free_tail_blocks",
+        component="kv-cache",
+        mechanism="rollback after a rejected draft keeps floor(num_tokens / block_size) blocks, freeing the "
+        "partly filled block that still holds accepted tokens' KV",
         steps=history,
-        bug_step=3,
+        bug_index=3,
     )
 
 
@@ -562,18 +493,6 @@ KV_PROJ = ("k_proj", "v_proj")""",
             ),
         ]
     )
-    issue = """
-`tensor_parallel_size = 2` gives different text than the same model on one rank. The outputs are
-fluent-looking but not what TP=1 (or transformers) produces; logprobs of the first token are
-already off.
-
-Seen on llama and qwen2 checkpoints that use grouped-query attention (4 query heads, 2 KV heads).
-A checkpoint with num_key_value_heads == num_attention_heads gives identical output at TP=1 and
-TP=2. Before the last update TP=2 was fine for me on the GQA models too (I had pinned an older
-checkout that matched).
-
-CPU, float32, gloo, two processes, default options otherwise.
-"""
     reqs = [
         {
             "prompt_ids": [15, 240, 88, 301, 7, 412, 66, 19, 250, 133, 91, 45],
@@ -582,22 +501,21 @@ CPU, float32, gloo, two processes, default options otherwise.
         }
     ]
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-tp-gqa-kv-shard",
         issue_number=1403,
         category="parallelism",
         modeled_on=["vllm-project/vllm#3775", "vllm-project/vllm#2760"],
         title="TP=2 output differs from TP=1 on GQA checkpoints",
-        issue=issue,
+        issue=issue_text("ts-tp-gqa-kv-shard"),
         repro=repro("llama", "float32", {"tensor_parallel_size": 2}, reqs, good_ref="HEAD~5"),
-        truth={
-            "file": TP_LOADER,
-            "function": "shard_tensor",
-            "component": "parallelism",
-            "mechanism": "k/v shard start computed as rank * per_rank // group_size, so with GQA (group > 1) "
-            "rank 1 loads KV head 0 instead of head 1",
-        },
+        truth_file=TP_LOADER,
+        truth_function="shard_tensor",
+        component="parallelism",
+        mechanism="k/v shard start computed as rank * per_rank // group_size, so with GQA (group > 1) "
+        "rank 1 loads KV head 0 instead of head 1",
         steps=history,
-        bug_step=3,
+        bug_index=3,
     )
 
 
@@ -715,19 +633,6 @@ def case_detok_multibyte() -> CaseSpec:
             ),
         ]
     )
-    issue = """
-The text tinyserve returns is sometimes shorter than decoding the very same token ids with the
-tokenizer. Token ids and logprobs are identical to transformers; only the text differs, and
-always near non-ASCII output: a character whose bytes are spread over several tokens is missing
-(for the model below it is a U+FFFD where the tokenizer's decode has one; on our real model
-accented letters and CJK characters go missing the same way). ASCII-only generations are fine,
-and so is the first request below.
-
-Reproduce: workload below, greedy, compare `RequestOutput.text` with
-`tokenizer.decode(output.token_ids)`. Joining the `stream_step()` deltas gives the same short text.
-
-CPU, float32, llama checkpoint with its byte-level BPE tokenizer.json, default options.
-"""
     reqs = [
         {
             "prompt": "Héllo wörld, naïve café, 東京 and Straße are written with multi-byte characters.",
@@ -746,51 +651,27 @@ CPU, float32, llama checkpoint with its byte-level BPE tokenizer.json, default o
         },
     ]
     return CaseSpec(
+        subject=SUBJECT,
         id="ts-detok-multibyte",
         issue_number=1404,
         category="tokenizer",
         modeled_on=["vllm-project/vllm#8627", "NVIDIA/TensorRT-LLM#14312"],
         title="Returned text drops characters at multi-byte boundaries; token ids are right",
-        issue=issue,
+        issue=issue_text("ts-detok-multibyte"),
         repro=repro("llama", "float32", {}, reqs),
-        truth={
-            "file": DETOK,
-            "function": "decode_increment",
-            "component": "tokenizer",
-            "mechanism": "incomplete trailing characters are stripped and the read offset advanced past their "
-            "bytes, so the character they start is never emitted",
-        },
+        truth_file=DETOK,
+        truth_function="decode_increment",
+        component="tokenizer",
+        mechanism="incomplete trailing characters are stripped and the read offset advanced past their "
+        "bytes, so the character they start is never emitted",
         steps=history,
-        bug_step=4,
+        bug_index=4,
     )
 
 
-def all_cases() -> list[CaseSpec]:
-    return [
-        case_int4_group_scales(),
-        case_spec_rollback_partial_block(),
-        case_tp_gqa_kv_shard(),
-        case_detok_multibyte(),
-    ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmark.authoring.tinyserve_part2", description=__doc__.split("\n")[0]
-    )
-    ap.add_argument("cases", nargs="*", help="case ids to (re)write (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = ap.parse_args(argv)
-    specs = {s.id: s for s in all_cases()}
-    unknown = set(args.cases) - set(specs)
-    if unknown:
-        print(f"unknown case ids: {', '.join(sorted(unknown))}; known: {', '.join(specs)}", file=sys.stderr)
-        return 2
-    for case_id in args.cases or specs:
-        folder = specs[case_id].write(args.cases_dir)
-        print(f"wrote {folder} ({len(specs[case_id].steps)} commits, bug at {specs[case_id].bug_step:02d})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = [
+    case_int4_group_scales(),
+    case_spec_rollback_partial_block(),
+    case_tp_gqa_kv_shard(),
+    case_detok_multibyte(),
+]

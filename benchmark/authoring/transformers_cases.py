@@ -15,17 +15,13 @@ default of 50, so every sampled request here sets `top_k` explicitly.
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from benchmark.author import Step
-from benchmark.authoring.common import CaseSpec, repro_toml
+from benchmark.authoring.common import CaseSpec, issue_text, repro_toml
+from benchmark.authoring.patches import Step
 
 SUBJECT = "transformers"
-CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
 
 PKG = "transformers"
 MASKING = f"{PKG}/masking_utils.py"
@@ -492,21 +488,7 @@ def case_yarn_original_ctx() -> CaseSpec:
         category="positional-encoding",
         modeled_on=["NVIDIA/Megatron-LM#1418", "unslothai/unsloth#6197", "ggml-org/llama.cpp#24823"],
         title="YaRN-extended Llama checkpoint no longer reproduces its reference outputs",
-        issue="""
-We keep a set of golden generations for a Llama-architecture checkpoint that was context-extended
-with YaRN (`rope_scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}`,
-`max_position_embeddings = 1024`). The goldens were produced with the released transformers 5.24.0
-and reproduced bit-for-bit on our internal branch until recently.
-
-On the current head of our branch, greedy generations for that checkpoint differ from the goldens
-almost immediately, even for short prompts (~40 tokens, well inside the original 256 context).
-No warning, no NaN, text is plausible-looking but different. Other checkpoints of the same
-architecture without `rope_scaling` still match exactly, so we don't think it is the attention
-or the sampler.
-
-The v5.24.0 tag is fine. Attached is a repro with a random-weight model using the same rope
-config: fp32, eager attention, CPU, two prompts batched together, greedy, 12 new tokens.
-""",
+        issue=issue_text("tf-yarn-original-ctx"),
         repro=refmodel_repro(
             {
                 "arch": "llama",
@@ -578,24 +560,7 @@ def case_qwen2_rope_bf16() -> CaseSpec:
         category="numerics",
         modeled_on=["huggingface/transformers#29285", "huggingface/transformers#25681"],
         title="Qwen2 in bfloat16 drifts from the bf16 reference on long prompts; float32 is exact",
-        issue="""
-### Symptom
-Our nightly parity job compares Qwen2-architecture generations from our transformers branch with
-the released package, both in bfloat16. It went red this week: on a ~100-token prompt, greedy
-output diverges after a few new tokens, and per-layer hidden states are clearly further apart than
-the usual bf16 noise, more so at later positions. Short prompts are close to normal.
-
-The same job in float32 still matches to ~1e-6, so we assumed "bf16 noise" at first, but the
-distance is several times larger than what the job tolerated for months.
-
-### Environment
-CPU, torch 2.x, bfloat16 weights, eager attention, batch of one, greedy, 16 new tokens. The
-checkpoint in the repro is a seeded random Qwen2 with `initializer_range = 0.2` (our trained
-checkpoint behaves the same way, with larger activations than the default init).
-
-### Known good
-The build from three commits before the current head passed the job.
-""",
+        issue=issue_text("tf-qwen2-rope-bf16"),
         repro=refmodel_repro(
             {"arch": "qwen2", "seed": 5, "initializer_range": 0.2},
             {"engine": "transformers", "dtype": "bfloat16", "options": {"attn_implementation": "eager"}},
@@ -654,20 +619,7 @@ def case_sdpa_left_pad_skip() -> CaseSpec:
         category="batching",
         modeled_on=["huggingface/transformers#29029", "unslothai/unsloth#4100", "Blaizzy/mlx-vlm#1946"],
         title="Batched generate with sdpa: shorter prompts in the batch produce different text",
-        issue="""
-Batched `generate()` gives different output for the *shorter* prompts of a batch than running the
-same prompts one at a time. The longest prompt in the batch is always fine.
-
-- happens only with `attn_implementation="sdpa"`; with `"eager"` batched == unbatched
-- happens only when prompts have different lengths (tokenizer pads on the left); a batch of
-  equal-length prompts is fine
-- fp32, CPU, greedy, so it's not sampling noise. The short prompt's continuation differs after a
-  few tokens and the logits are off from the very first generated token
-
-I'm fairly sure this worked on an earlier commit of our fork (six commits back). Maybe the
-attention mask is not passed to the kernel any more for left-padded rows? Repro attached:
-random llama, sdpa, two prompts (18 and 7 tokens).
-""",
+        issue=issue_text("tf-sdpa-left-pad-skip"),
         repro=refmodel_repro(
             {"arch": "llama", "seed": 1},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "sdpa"}},
@@ -735,20 +687,7 @@ def case_swa_mask_edge() -> CaseSpec:
         category="attention",
         modeled_on=["huggingface/transformers#29623", "vllm-project/vllm#3385", "ml-explore/mlx-lm#390"],
         title="Mistral-style model: prompt logits differ from reference once the prompt is longer than the window",
-        issue="""
-**Long prompts on a sliding-window model don't match the reference implementation**
-
-I'm porting a Mistral-architecture model (sliding_window = 32 in this small config; the real one
-has 4096) and compare prompt logits token by token against the reference implementation.
-
-Every position up to 32 matches perfectly. From position 32 on (i.e. as soon as the prompt is
-longer than the window) the hidden states differ, already in the first layer, and the error stays.
-Prompts shorter than the window are fine, and so is generation that runs past the window after
-a short prompt. In a batch, only the long prompt is affected.
-
-We have always been on this branch, so I can't point to a good version. Repro: random mistral,
-fp32, eager, a 42-token prompt batched with a 20-token one, greedy, 8 new tokens.
-""",
+        issue=issue_text("tf-swa-mask-edge"),
         repro=refmodel_repro(
             {"arch": "mistral", "seed": 3},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
@@ -815,18 +754,7 @@ def case_swa_cache_offset() -> CaseSpec:
             "huggingface/transformers#47708",
         ],
         title="Mistral: generation degrades once prompt + generated tokens pass the sliding window",
-        issue="""
-Mistral-type model, sliding_window = 32 in the test config. Generation is correct for a while and
-then goes wrong: the prompt logits match the reference and so do the first few generated tokens,
-but from the step where prompt + generated tokens reach 32, the logits no longer match. If I ask
-for fewer tokens so that the total stays under the window, everything matches.
-
-Both prompts in the batch are affected (they are 26 and 22 tokens, left-padded to 26), and the
-divergence starts at the same decode step for both, which makes me think it's related to the cache
-length, not the prompt content.
-
-This was fine four commits ago. fp32, eager, CPU, greedy, 16 new tokens. Repro attached.
-""",
+        issue=issue_text("tf-swa-cache-offset"),
         repro=refmodel_repro(
             {"arch": "mistral", "seed": 0},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
@@ -896,17 +824,7 @@ def case_min_p_batch_max() -> CaseSpec:
             "huggingface/transformers#39457",
         ],
         title="min_p sampling behaves differently when requests are batched",
-        issue="""
-We sample with `min_p` (0.7, temperature 0.4, top_k 40). Running the requests one by one gives the
-distribution we expect; putting two requests in one `generate()` call changes what gets sampled
-for one or both of them: in the batched run, after the first token, the filtered distribution
-(the `scores` returned by generate) keeps fewer candidates than in the single-request run, even
-with the same seed. It looks as if one request's cutoff depends on the other request.
-
-Greedy runs and runs without `min_p` are not affected as far as we can tell. Model in the repro is
-a seeded random llama, fp32, two 14-token prompts, 12 new tokens. The commit two before our
-current head didn't do this.
-""",
+        issue=issue_text("tf-min-p-batch-max"),
         repro=refmodel_repro(
             {"arch": "llama", "seed": 8},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
@@ -962,17 +880,7 @@ def case_gemma2_query_scalar() -> CaseSpec:
         category="model-config",
         modeled_on=["ggml-org/llama.cpp#8197", "ggml-org/llama.cpp#8240", "vllm-project/vllm#5908"],
         title="Gemma 2 with query_pre_attn_scalar != head_dim: logits off from the first token",
-        issue="""
-Gemma-2 family: our 9B-shaped config reproduces the reference logits exactly, but the 27B-shaped
-config does not: every prompt position is already off after the first layer's attention, and the
-greedy continuation ends up different. The difference between the two configs that I can see is
-in the attention hyper-parameters (the 27B one has `query_pre_attn_scalar` = hidden/heads, which
-is not equal to `head_dim`, while for the 9B they coincide), plus sizes.
-
-I reproduced it with a tiny random gemma2 (head_dim 16) by setting `query_pre_attn_scalar = 32`;
-with the default 16 it matches. fp32, eager, CPU, single prompt, greedy, 10 tokens.
-Never worked on our branch as far as I know.
-""",
+        issue=issue_text("tf-gemma2-query-scalar"),
         repro=refmodel_repro(
             {"arch": "gemma2", "seed": 4, "query_pre_attn_scalar": 32},
             {"engine": "transformers", "dtype": "float32", "options": {"attn_implementation": "eager"}},
@@ -988,37 +896,12 @@ Never worked on our branch as far as I know.
     )
 
 
-def all_cases() -> list[CaseSpec]:
-    return [
-        case_yarn_original_ctx(),
-        case_qwen2_rope_bf16(),
-        case_sdpa_left_pad_skip(),
-        case_swa_mask_edge(),
-        case_swa_cache_offset(),
-        case_min_p_batch_max(),
-        case_gemma2_query_scalar(),
-    ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmark.authoring.transformers_cases", description=__doc__.split("\n")[0]
-    )
-    ap.add_argument("cases", nargs="*", help="case ids to (re)write (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = ap.parse_args(argv)
-    specs = all_cases()
-    wanted = set(args.cases) or {s.id for s in specs}
-    unknown = wanted - {s.id for s in specs}
-    if unknown:
-        print(f"unknown case ids: {', '.join(sorted(unknown))}", file=sys.stderr)
-        return 2
-    for spec in specs:
-        if spec.id in wanted:
-            folder = spec.write(args.cases_dir)
-            print(f"wrote {folder} ({len(spec.steps)} commits, bug at {spec.bug_index:02d})", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+CASES = [
+    case_yarn_original_ctx(),
+    case_qwen2_rope_bf16(),
+    case_sdpa_left_pad_skip(),
+    case_swa_mask_edge(),
+    case_swa_cache_offset(),
+    case_min_p_batch_max(),
+    case_gemma2_query_scalar(),
+]

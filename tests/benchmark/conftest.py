@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from benchmark.author import Step, write_patches
+from benchmark.authoring.patches import Step, write_patches
 
 MINISUB_OPS = '''"""Tiny arithmetic "engine" for benchmark framework tests."""
 
