@@ -8,7 +8,7 @@
 A case module is any module in `benchmark/authoring/` exposing `CASES`: a list of
 `benchmark.authoring.common.CaseSpec` (or of objects with the same `.id` and
 `.write(cases_dir) -> Path`). The library that turns steps into patches is
-`benchmark.authoring.patches`; `Step` and `write_patches` are re-exported here for older imports.
+`benchmark.authoring.patches`; `Step`, `Replacement` and `write_patches` are re-exported here for older imports.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import benchmark.authoring
-from benchmark.authoring.patches import AuthoringError, Step, author_history, write_patches
+from benchmark.authoring.patches import AuthoringError, Replacement, Step, author_history, write_patches
 from benchmark.cases import BUNDLED_CASES_DIR
 
-__all__ = ["AuthoringError", "Step", "author_history", "write_patches", "discover", "check_cases"]
+__all__ = ["AuthoringError", "Replacement", "Step", "author_history", "write_patches", "discover", "check_cases"]
 
 
 class WritesCase(Protocol):

@@ -90,7 +90,7 @@ class CaseSpec:
             raise ValueError(f"{where}: bug_index {self.bug_index} is not a step (1..{len(self.steps)})")
         if not self.bug_index and not self.base_steps:
             raise ValueError(f"{where}: no bug_index and no base_steps: which commit holds the bug?")
-        for tag, index in self.tags.items():
+        for tag, index in (self.tags or {}).items():  # a subclass may default tags to None
             if not 1 <= index <= len(self.steps):
                 raise ValueError(f"{where}: tag {tag!r} names step {index}, not one of 1..{len(self.steps)}")
 
