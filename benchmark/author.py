@@ -95,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.check:
             problems = check_cases(specs, args.cases_dir)
-            print("\n".join(problems) or f"ok: {len(specs)} cases match their authoring", file=sys.stdout)
-            return 1 if problems else 0
+            if problems:
+                stale = sorted({p.split("/", 1)[0].split(":", 1)[0] for p in problems})
+                print("\n".join(problems) + f"\nrewrite with: python -m benchmark.author {' '.join(stale)}")
+                return 1
+            print(f"ok: {len(specs)} cases match their authoring")
+            return 0
         for spec in specs:
             print(f"wrote {spec.write(args.cases_dir)}")
     except AuthoringError as e:
