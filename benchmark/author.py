@@ -1,144 +1,113 @@
-"""Case authoring: write a case's history as data, get `commits/NN-slug.patch` files.
+"""Write the benchmark cases from their authoring modules, or check the committed ones against them.
 
-Case authors never hand-craft patches. They list steps (message, author, date, edits);
-this module replays them on the subject's pristine snapshot in a temp repo, exactly as
-the builder will (same committer, committer date = author date), and writes
-`git format-patch` files into `<case_dir>/commits/`:
+    python -m benchmark.author                 # (re)write every case under benchmark/cases/
+    python -m benchmark.author ID [ID ...]     # just these
+    python -m benchmark.author --check [ID]    # regenerate into a temp dir; fail on any byte difference
+    python -m benchmark.author --list          # case ids and the module that writes each
 
-    from benchmark.author import Step, write_patches
-
-    write_patches("tinyserve", [
-        Step("Refactor block table lookup", "Ana Ruiz <ana@example.com>", "2025-03-01T10:00:00+00:00",
-             [("tinyserve/kv_cache.py", "def lookup(self, i):", "def lookup(self, i: int):")]),
-        Step("kv_cache: reuse freed blocks first\n\nCuts allocation time.", "Bo Li <bo@example.com>",
-             "2025-03-04T16:20:00+00:00", edit_function),      # edit_function(root: Path) -> None
-    ], case_dir=Path("benchmark/cases/kv-reuse"))
-
-A replacement (file, old_text, new_text) fails loudly unless `old_text` occurs exactly
-once in `file`; `old_text=None` creates a new file, `new_text=None` deletes the file
-(then `old_text` must be None too).
+A case module is any module in `benchmark/authoring/` exposing `CASES`: a list of
+`benchmark.authoring.common.CaseSpec` (or of objects with the same `.id` and
+`.write(cases_dir) -> Path`). The library that turns steps into patches is
+`benchmark.authoring.patches`; `Step`, `Replacement` and `write_patches` are re-exported here for older imports.
 """
 
 from __future__ import annotations
 
-import re
+import argparse
+import filecmp
+import importlib
+import pkgutil
+import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from benchmark.build import clone_pristine, git, split_identity
-from benchmark.subjects import get_subject
+import benchmark.authoring
+from benchmark.authoring.patches import AuthoringError, Replacement, Step, author_history, write_patches
+from benchmark.cases import BUNDLED_CASES_DIR
 
-Replacement = tuple[str, str | None, str | None]  # (file, old_text, new_text)
-Edit = Callable[[Path], None] | Sequence[Replacement]
-
-
-class AuthoringError(ValueError):
-    """A step that cannot be applied; the message names the step and the file."""
+__all__ = ["AuthoringError", "Replacement", "Step", "author_history", "write_patches", "discover", "check_cases"]
 
 
-@dataclass(frozen=True)
-class Step:
-    message: str  # commit message: subject line, optionally a blank line and a body
-    author: str  # "Name <email>"
-    date: str  # ISO 8601 with offset, e.g. "2025-03-04T16:20:00+00:00"
-    edits: Edit  # replacements, or a callable editing the tree in place: fn(root)
-    slug: str | None = None  # patch file slug; default: from the subject line
+class WritesCase(Protocol):
+    id: str
 
-    def __post_init__(self):
-        split_identity(self.author)
-        if not self.message.strip():
-            raise AuthoringError("a step needs a commit message")
-        if self.slug is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", self.slug):
-            raise AuthoringError(f"slug {self.slug!r}: use lowercase letters, digits, '.', '_' and '-'")
+    def write(self, cases_dir: Path) -> Path: ...
 
 
-def write_patches(subject: str, steps: Sequence[Step], case_dir: str | Path) -> list[Path]:
-    """Replay `steps` on the subject's snapshot; replace `<case_dir>/commits/*.patch` with the result."""
-    out = Path(case_dir) / "commits"
-    with tempfile.TemporaryDirectory(prefix="diffdx-author-") as tmp:
-        repo = author_history(subject, steps, Path(tmp) / "repo")
-        out.mkdir(parents=True, exist_ok=True)
-        for old in out.glob("*.patch"):
-            old.unlink()
-        return _format_patches(repo, steps, out)
+def discover(package: Any = benchmark.authoring) -> dict[str, tuple[str, WritesCase]]:
+    """Every `CASES` entry of every module in the authoring package -> {case id: (module name, spec)}."""
+    found: dict[str, tuple[str, WritesCase]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for spec in getattr(module, "CASES", ()):
+            if spec.id in found:
+                raise AuthoringError(f"case {spec.id} is written by both {found[spec.id][0]} and {module.__name__}")
+            found[spec.id] = (module.__name__, spec)
+    return found
 
 
-def author_history(subject: str, steps: Sequence[Step], dest: Path) -> Path:
-    """Replay `steps` as commits on the pristine snapshot in a new repo at `dest` (kept; for inspection)."""
-    if not steps:
-        raise AuthoringError("no steps: a case needs at least one commit")
-    maintainer = get_subject(subject).maintainer
-    repo = clone_pristine(get_subject(subject), dest)
-    for i, step in enumerate(steps, 1):
-        where = f"step {i} ({step.message.splitlines()[0]!r})"
-        if callable(step.edits):
-            step.edits(repo)
-        else:
-            for file, old, new in step.edits:
-                apply_replacement(repo, file, old, new, where)
-        git(repo, "add", "-A")
-        if not git(repo, "status", "--porcelain"):
-            raise AuthoringError(f"{where}: the edits change nothing")
-        _commit(repo, step, maintainer)
-    return repo
+def select(specs: dict[str, tuple[str, WritesCase]], ids: list[str]) -> list[WritesCase]:
+    unknown = [i for i in ids if i not in specs]
+    if unknown:
+        raise AuthoringError(f"unknown case ids: {', '.join(unknown)}; known: {', '.join(sorted(specs))}")
+    return [specs[i][1] for i in (ids or sorted(specs))]
 
 
-def _commit(repo: Path, step: Step, maintainer: str) -> None:
-    name, email = split_identity(step.author)
-    git(
-        repo,
-        "commit",
-        "-q",
-        "--cleanup=whitespace",
-        "-F",
-        "-",
-        f"--author={name} <{email}>",
-        identity=maintainer,
-        date=step.date,
-        input=step.message.encode(),
-    )
+def check_cases(specs: list[WritesCase], cases_dir: Path) -> list[str]:
+    """Regenerate `specs` into a temp dir; -> 'case/file: why' for every file that differs from `cases_dir`."""
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="diffdx-author-check-") as tmp:
+        for spec in specs:
+            fresh = spec.write(Path(tmp))
+            problems += folder_differences(fresh, Path(cases_dir) / spec.id, spec.id)
+    return problems
 
 
-def apply_replacement(root: Path, file: str, old: str | None, new: str | None, where: str = "") -> None:
-    """Replace the single occurrence of `old` in `file`; None old = create, None new = delete."""
-    path = root / file
-    if old is None:
-        if new is None:
-            if not path.is_file():
-                raise AuthoringError(f"{where}: cannot delete {file}: no such file")
-            path.unlink()
-            return
-        if path.exists():
-            raise AuthoringError(f"{where}: cannot create {file}: it already exists")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(new)
-        return
-    if new is None:
-        raise AuthoringError(f"{where}: {file}: to delete a file give old_text=None and new_text=None")
-    if not path.is_file():
-        raise AuthoringError(f"{where}: {file} does not exist")
-    text = path.read_text()
-    count = text.count(old)
-    if count != 1:
-        raise AuthoringError(f"{where}: {file}: old_text must occur exactly once, found {count} times: {old[:80]!r}")
-    path.write_text(text.replace(old, new, 1))
+def folder_differences(fresh: Path, committed: Path, case_id: str) -> list[str]:
+    """Byte comparison of two case folders -> 'case/relative-path: why' lines (empty when identical)."""
+    if not committed.is_dir():
+        return [f"{case_id}: not committed (no folder {committed})"]
+    ours = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(committed) for p in committed.rglob("*") if p.is_file()}
+    out = [f"{case_id}/{p}: only in the regenerated case" for p in sorted(ours - theirs)]
+    out += [f"{case_id}/{p}: committed but not written by the authoring" for p in sorted(theirs - ours)]
+    changed = [p for p in sorted(ours & theirs) if not filecmp.cmp(fresh / p, committed / p, shallow=False)]
+    return out + [f"{case_id}/{p}: differs from what the authoring writes" for p in changed]
 
 
-def _format_patches(repo: Path, steps: Sequence[Step], out: Path) -> list[Path]:
-    raw = Path(git(repo, "rev-parse", "--git-dir"))
-    tmp = (repo / raw if not raw.is_absolute() else raw) / "patches"
-    git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered", "-o", str(tmp), "base..HEAD")
-    written = []
-    for i, (made, step) in enumerate(zip(sorted(tmp.glob("*.patch")), steps), 1):
-        slug = step.slug or slugify(step.message.splitlines()[0])
-        dest = out / f"{i:02d}-{slug}.patch"
-        dest.write_bytes(made.read_bytes())
-        written.append(dest)
-    return written
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.author", description=__doc__.split("\n")[0])
+    ap.add_argument("ids", nargs="*", help="case ids (default: every case the authoring modules define)")
+    ap.add_argument("--check", action="store_true", help="fail if a committed case differs from its regeneration")
+    ap.add_argument("--list", action="store_true", help="list case ids and their modules, write nothing")
+    ap.add_argument("--cases-dir", type=Path, default=BUNDLED_CASES_DIR)
+    return ap.parse_args(argv)
 
 
-def slugify(subject_line: str, limit: int = 48) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", subject_line.lower()).strip("-")
-    return slug[:limit].rstrip("-") or "commit"
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        found = discover()
+        specs = select(found, args.ids)
+        if args.list:
+            print("\n".join(f"{s.id}  {found[s.id][0]}" for s in specs))
+            return 0
+        if args.check:
+            problems = check_cases(specs, args.cases_dir)
+            if problems:
+                stale = sorted({p.split("/", 1)[0].split(":", 1)[0] for p in problems})
+                print("\n".join(problems) + f"\nrewrite with: python -m benchmark.author {' '.join(stale)}")
+                return 1
+            print(f"ok: {len(specs)} cases match their authoring")
+            return 0
+        for spec in specs:
+            print(f"wrote {spec.write(args.cases_dir)}")
+    except AuthoringError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

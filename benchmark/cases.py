@@ -33,6 +33,8 @@ CATEGORIES = (
     "spec-decode",
     "compilation",
 )
+TRACKS = ("easy", "hard", "at-base", "real")  # case shapes scored on their own rows (docs/design.md §6b)
+DEFAULT_TRACK = "easy"  # a case.toml without `track`: the plain synthetic shape
 BUNDLED_CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASE_KEYS = {
     "id": str,
@@ -69,7 +71,7 @@ class Case:
     patches: tuple[Path, ...]  # commits/NN-slug.patch, in apply order
     dir: Path
     releases: Releases | None = None  # [releases]: the history is these PyPI releases (DESIGN.md §6b)
-    track: str | None = None  # e.g. "real": scored on its own row
+    track: str = DEFAULT_TRACK  # one of TRACKS: scored on its own row
 
     def patch_stems(self) -> list[str]:
         return [p.stem for p in self.patches]
@@ -133,7 +135,7 @@ def load_case(case_dir: str | Path) -> Case:
         patches=_patches(case_dir, name, required=releases is None),
         dir=case_dir,
         releases=releases,
-        track=meta.get("track"),
+        track=meta.get("track", DEFAULT_TRACK),
     )
 
 
@@ -164,6 +166,8 @@ def _check_case_meta(meta: dict, name: str) -> None:
         raise CaseError(f'{where}: modeled_on must be a list of strings such as "vllm-project/vllm#5639"')
     if not meta["title"].strip():
         raise CaseError(f"{where}: title is empty")
+    if meta.get("track", DEFAULT_TRACK) not in TRACKS:
+        raise CaseError(f"{where}: track {meta['track']!r} is not one of {', '.join(TRACKS)}")
     from benchmark.subjects import known_subjects
 
     if meta["subject"] not in known_subjects():
@@ -304,9 +308,10 @@ def _patches(case_dir: Path, name: str, required: bool = True) -> tuple[Path, ..
         m = PATCH_NAME.match(p.name)
         if not m:
             raise CaseError(f"case {name}: commits/{p.name} is not named NN-slug.patch")
-        n = int(m.group(1))
+        # several 00-base-* patches may share number 0: they fold into base in name order
+        n = (int(m.group(1)), p.name if p.stem.startswith("00-base") else "")
         if n in numbered:
-            raise CaseError(f"case {name}: commits/{p.name} and commits/{numbered[n].name} share number {n}")
+            raise CaseError(f"case {name}: commits/{p.name} and commits/{numbered[n].name} share number {n[0]}")
         numbered[n] = p
     if not numbered and required:
         raise CaseError(f"case {name}: commits/ holds no NN-slug.patch file")

@@ -239,7 +239,8 @@ def _score(case: Case, truth, results: list[dict], cfg: RunConfig) -> CaseScore:
     if cfg.samples > 1:  # DIR/<case-id>/report.json is sample 0, as with one sample
         write_json(cfg.out / case.id / "report.json", mine[0]["report"])
     commits = next((r["commits"] for r in mine if r["commits"]), None)
-    return score_case(case.id, case.category, case.subject, [r["report"] for r in mine], truth, commits)
+    reports = [r["report"] for r in mine]
+    return score_case(case.id, case.category, case.subject, reports, truth, commits, track=case.track)
 
 
 def _progress(total: int, line=None) -> Callable[[dict], None]:
@@ -283,12 +284,13 @@ def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
         "overall": summary["overall"].to_dict(),
         "by_category": {k: a.to_dict() for k, a in summary["by_category"].items()},
         "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
+        "by_track": {k: a.to_dict() for k, a in summary["by_track"].items()},
         "cases": [s.to_dict() for s in scores],
     }
 
 
 def results_markdown(results: dict) -> str:
-    """results.json -> the table: overall, per category, per subject; then one row per case."""
+    """results.json -> the table: overall, per category, per subject, per track; then one row per case."""
     head = (
         "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
     )
@@ -302,6 +304,8 @@ def results_markdown(results: dict) -> str:
     lines += [_md_row(name, agg) for name, agg in results["by_category"].items()]
     lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 10]
     lines += [_md_row(name, agg) for name, agg in results["by_subject"].items()]
+    lines += ["", head.replace("| |", "| track |", 1), "|" + "---|" * 10]
+    lines += [_md_row(name, agg) for name, agg in results.get("by_track", {}).items()]
     lines += [
         "",
         "| case | category | rank | pass@1 | pass@5 | component | commit | engine runs | tokens | wall s |",

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from math import comb
 from typing import Any
 
-from benchmark.cases import Truth, normalize_repo_path
+from benchmark.cases import DEFAULT_TRACK, TRACKS, Truth, normalize_repo_path
 
 TOP_K = 5
 RUNS_K = (1, 5)
@@ -53,6 +53,7 @@ class CaseScore:
     tokens: float
     wall_s: float
     errors: int  # samples whose report carries "error"
+    track: str = DEFAULT_TRACK  # the case's track (easy, hard, at-base, real): its own row in the summary
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,7 +144,13 @@ def report_cost(report: Report) -> tuple[float, float, float]:
 
 
 def score_case(
-    case: str, category: str, subject: str, reports: Sequence[Report], truth: Truth, commits: CommitMap | None = None
+    case: str,
+    category: str,
+    subject: str,
+    reports: Sequence[Report],
+    truth: Truth,
+    commits: CommitMap | None = None,
+    track: str = DEFAULT_TRACK,
 ) -> CaseScore:
     """One case's reports (one per sample) -> its verdict."""
     if not reports:
@@ -171,6 +178,7 @@ def score_case(
         tokens=_mean([c[1] for c in costs]),
         wall_s=_mean([c[2] for c in costs]),
         errors=sum(bool(r.get("error")) for r in reports),
+        track=track,
     )
 
 
@@ -193,15 +201,22 @@ def aggregate(scores: Sequence[CaseScore]) -> Aggregate:
 
 
 def summarize(scores: Sequence[CaseScore]) -> dict[str, Any]:
-    """Overall, per-category and per-subject aggregates (categories/subjects sorted)."""
+    """Overall, per-category, per-subject and per-track aggregates (sorted; tracks in TRACKS order)."""
 
-    def by(key: str) -> dict[str, Aggregate]:
+    def by(key: str, order: Sequence[str] = ()) -> dict[str, Aggregate]:
         groups: dict[str, list[CaseScore]] = {}
         for s in scores:
             groups.setdefault(getattr(s, key), []).append(s)
-        return {name: aggregate(group) for name, group in sorted(groups.items())}
+        rank = {name: i for i, name in enumerate(order)}
+        names = sorted(groups, key=lambda name: (rank.get(name, len(rank)), name))
+        return {name: aggregate(groups[name]) for name in names}
 
-    return {"overall": aggregate(scores), "by_category": by("category"), "by_subject": by("subject")}
+    return {
+        "overall": aggregate(scores),
+        "by_category": by("category"),
+        "by_subject": by("subject"),
+        "by_track": by("track", TRACKS),
+    }
 
 
 def _mean(values: Sequence[float | bool]) -> float:

@@ -1,1 +1,1 @@
-"""Re-runnable scripts that write benchmark cases (one per author batch)."""
+"""Benchmark cases as data: one module per subject and topic exposing `CASES` (see benchmark/author.py)."""

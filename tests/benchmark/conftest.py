@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from benchmark.author import Step, write_patches
+from benchmark.authoring.patches import Step, write_patches
 
 # The bundled subject on sys.path before any test module here imports `tinyserve` (module-level
 # imports in the tests would be reordered past a side-effect import by the formatter).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.author import AuthoringError, Step, author_history, write_patches
+from benchmark.authoring.patches import AuthoringError, Step, author_history, write_patches
 from benchmark.build import build_case_repo, git
 from tests.benchmark.conftest import STEPS
 

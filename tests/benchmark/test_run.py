@@ -111,6 +111,7 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     )
     assert overall["component_acc"] == pytest.approx(2 / 3) and overall["engine_runs"] == pytest.approx(4 / 3)
     assert results["by_category"]["kv-cache"]["pass_at_1"] == 0.5
+    assert list(results["by_track"]) == ["easy"] and results["by_track"]["easy"]["cases"] == 3
     crashed = json.loads((out / "docs-only" / "report.json").read_text())
     assert crashed["hypotheses"] == [] and "no Python function changed" in crashed["error"]
     assert (out / "bug-newest" / "report.md").is_file()
@@ -118,6 +119,7 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     assert report["issue"] == "502" and report["cost"]["wall_s"] > 0
     table = (out / "results.md").read_text()
     assert "| **overall** | 3 | 0.33 | 0.67 | 0.67 | 0.50 |" in table and "| kv-cache | 2 |" in table
+    assert "| track | cases |" in table and "| easy | 3 | 0.33 | 0.67 |" in table
     assert (out / "results_by_category.png").read_bytes()[:4] == b"\x89PNG"
     args = json.loads((out / "args.json").read_text())
     assert args["workers"] == 2 and args["case_ids"] == ["bug-newest", "bug-not-newest", "docs-only"]

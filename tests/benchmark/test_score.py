@@ -135,3 +135,33 @@ def test_aggregates_overall_per_category_and_subject():
     assert summary["by_category"]["kv-cache"].pass_at_5 == 1.0
     assert summary["by_subject"]["transformers"].commit_acc is None
     assert aggregate([]).cases == 0
+
+
+def test_per_track_rows_follow_the_track_order_and_default_to_easy():
+    right = hyp("tinyserve/kv_cache.py", "BlockManager.allocate")
+    at_base = Truth("tinyserve/kv_cache.py", "BlockManager.allocate", None, "kv-cache", "m")
+    scores = [
+        score_case("r", "kv-cache", "transformers", [report(hyp())], TRUTH, COMMITS, track="real"),
+        score_case(
+            "h1",
+            "kv-cache",
+            "tinyserve",
+            [report(right, cost={"engine_runs": 4, "wall_s": 2.0})],
+            TRUTH,
+            COMMITS,
+            track="hard",
+        ),
+        score_case(
+            "h2", "sampling", "tinyserve", [report(hyp(), right, cost={"engine_runs": 2})], TRUTH, COMMITS, track="hard"
+        ),
+        score_case("b", "kv-cache", "tinyserve", [report(right)], at_base, COMMITS, track="at-base"),
+        score_case("e", "kv-cache", "tinyserve", [report(right, commit={"sha": "abcdef0"})], TRUTH, COMMITS),
+    ]
+    by_track = summarize(scores)["by_track"]
+    assert list(by_track) == ["easy", "hard", "at-base", "real"]
+    hard = by_track["hard"]
+    assert (hard.cases, hard.pass_at_1, hard.pass_at_5) == (2, 0.5, 1.0)
+    assert (hard.commit_acc, hard.engine_runs, hard.wall_s) == (0.0, 3.0, 1.0)
+    assert by_track["at-base"].commit_acc is None, "a bug at base has no commit to name"
+    assert by_track["easy"].commit_acc == 1.0 and by_track["real"].pass_at_5 == 0.0
+    assert scores[-1].to_dict()["track"] == "easy"
