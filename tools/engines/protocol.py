@@ -32,6 +32,9 @@ class RunJob:
     native_kernels: list[str] = field(default_factory=list)  # kernels swapped to the native twin
     coverage_root: str | None = None  # record which functions under this dir ran (spectrum evidence)
     replace: str | None = None  # trace dir whose rows are injected at their taps (tools.probe.replace)
+    function_checks: str | None = (
+        None  # judge the functions under this dir by their contracts (tools.hypotheses.contracts)
+    )
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +47,7 @@ class RunJob:
             "native_kernels": list(self.native_kernels),
             "coverage_root": self.coverage_root,
             "replace": self.replace,
+            "function_checks": self.function_checks,
         }
 
     @classmethod
@@ -58,6 +62,7 @@ class RunJob:
             native_kernels=d.get("native_kernels", []),
             coverage_root=d.get("coverage_root"),
             replace=d.get("replace"),
+            function_checks=d.get("function_checks"),
         )
 
 

@@ -10,6 +10,12 @@ import time
 from pathlib import Path
 
 from tools.engines.funccov import function_coverage
+from tools.engines.functaps import function_taps
+from tools.hypotheses.contracts import contract_for, judge, sampling_context
+
+
+def wanted(qualname: str, params: tuple[str, ...]) -> bool:
+    return contract_for(qualname, params) is not None
 
 
 def quiet_third_party() -> None:
@@ -39,10 +45,12 @@ def main(job_path: str, out_dir: str) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     job = RunJob.from_json(json.loads(Path(job_path).read_text()))
     started = time.monotonic()
-    with function_coverage(job.coverage_root) as covered:
+    with function_coverage(job.coverage_root) as covered, function_taps(job.function_checks, wanted) as calls:
         trace = get_engine(job.spec.engine).run(job)
     if job.coverage_root:
         trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
+    if job.function_checks:
+        trace.meta["function_checks"] = judge(calls, sampling_context(job.scenario))
     saving = time.monotonic()
     trace_io.save(trace, out_dir)
     # where the worker's time went, for benchmark.perf (the runner adds start-up and loading)

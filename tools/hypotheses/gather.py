@@ -8,7 +8,11 @@ Evidence, strongest first:
   * it ran only in the failing run, not in a nearby passing one (spectrum evidence);
   * its name or file belongs to the component of the first divergent tap, or to the
     feature the trigger switched on (prefix caching, chunked prefill, penalties, …);
-  * it changed recently (a non-root commit touched it), when no culprit is known.
+  * it changed recently (a non-root commit touched it), when no culprit is known;
+  * without a culprit: it breaks its own contract (tools.hypotheses.contracts) on the inputs it was
+    given in the failing run, recorded in the target by function taps; a function that keeps its
+    contract is pushed down a little, and one that breaks it only because a callee does is not
+    the candidate.
 A function that never ran in the failing run is pushed down: it cannot have caused it.
 """
 
@@ -24,7 +28,7 @@ from tools.history.gitrepo import (
     open_repo,
 )
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
-from tools.hypotheses.rank import Candidate, to_hypothesis
+from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
 from tools.source.index import Symbol, open_index
 
@@ -94,6 +98,8 @@ def gather(
         _get(cands, sym).commit = commit
     _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
     if culprit is None:
+        if prober is not None:
+            _add_contract_evidence(cands, index, repro, drill, prober, repo)
         _add_recent_changes(cands, repo, index, failing)
     return [to_hypothesis(c, drill, repro) for c in cands.values() if c.score > 0]
 
@@ -187,3 +193,49 @@ def recent_commits(repo: Path, depth: int) -> list[str]:
         return [c.hexsha for c in commits if c.parents]
     except (GitError, ValueError):
         return []
+
+
+def function_verdicts(repro: Reproduction, prober: Prober, repo: Path) -> list[dict]:
+    """Contract verdicts of the tree's functions that ran in the failing scenario (one target run)."""
+    try:
+        return prober.run_target(repro.scenario, repo, taps=[], function_checks=True).meta.get("function_checks", [])
+    except EngineRunError:
+        return []
+
+
+def _add_contract_evidence(cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path) -> None:
+    """No history to point at: the function that computes the wrong thing from its own inputs is the
+    candidate; the earliest such one in the divergent component first, its callers behind it."""
+    verdicts = function_verdicts(repro, prober, repo)
+    broken = [v for v in verdicts if v["violations"]]
+    broken_names = {v["function"] for v in broken}
+    rank = 0
+    for v in sorted(broken, key=lambda v: (v["component"] != drill.component, v["first_violation"])):
+        sym = _symbol(index, v["function"])
+        if sym is None:
+            continue
+        line = contract_line(v)
+        callees = sorted(set(v["callees"]) & broken_names - {v["function"]})
+        if callees:
+            _get(cands, sym).add("contract_caller", f"{line}, but its callee {callees[0].split(':')[-1]} does too")
+            continue
+        _get(cands, sym).add("contract", line, WEIGHTS["contract"] - 2.0 * min(rank, 2))
+        rank += 1
+    for v in verdicts:
+        sym = _symbol(index, v["function"])
+        if not v["violations"] and sym is not None and (sym.file, sym.qualname) in cands:
+            cands[(sym.file, sym.qualname)].add(
+                "contract_ok", f"keeps its contract ({v['rule']}) on {v['calls']} calls"
+            )
+
+
+def contract_line(v: dict) -> str:
+    return (
+        f"contract: {v['function'].split(':')[-1]} violates {v['contract']} ({v['rule']}) on its own inputs: "
+        f"{v['max_violation']:.3g} against a tolerance of {v['tolerance']:.3g}, in {v['violations']}/{v['calls']} calls"
+    )
+
+
+def _symbol(index, function: str) -> Symbol | None:
+    file, _, qualname = function.partition(":")
+    return next((s for s in index.find(qualname) if s.file == file and s.kind != "class"), None)

@@ -22,6 +22,9 @@ WEIGHTS = {
     "native_twin": -2.0,
     "verified": 20.0,
     "refuted": -3.0,
+    "contract": 10.0,  # breaks its own contract on its recorded inputs (tools.hypotheses.contracts)
+    "contract_caller": 1.0,  # breaks it only where a callee that breaks it too is involved
+    "contract_ok": -1.5,  # keeps its contract on every recorded call
 }
 
 CATEGORY_OF_COMPONENT = {

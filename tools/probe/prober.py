@@ -84,7 +84,13 @@ class Prober:
         self._reference_cache: dict[str, Trace] = {}
 
     def run_target(
-        self, scenario: Scenario, source: Path | None, taps=None, native_kernels=(), coverage: bool = False
+        self,
+        scenario: Scenario,
+        source: Path | None,
+        taps=None,
+        native_kernels=(),
+        coverage: bool = False,
+        function_checks: bool = False,
     ) -> Trace:
         check_spec(scenario.target, self.device)  # an option the adapter cannot tap is refused before any engine starts
         job = RunJob(
@@ -95,6 +101,7 @@ class Prober:
             device=self.device,
             native_kernels=list(native_kernels),
             coverage_root=str(source) if coverage and source else None,
+            function_checks=str(source) if function_checks and source else None,
         )
         self.engine_runs += 1
         with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):

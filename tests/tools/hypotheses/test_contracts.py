@@ -1,0 +1,183 @@
+"""Function contracts (tools/hypotheses/contracts.py): a correct implementation of each role keeps its
+contract, the silent-bug versions of it break it, and roles are recognised from names and parameters."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tools.hypotheses import contracts as c
+
+torch.manual_seed(0)
+X = torch.randn(5, 16)
+W = torch.randn(16)
+
+
+def judge_one(name, params, inputs, output, ctx=None):
+    contract = c.contract_for(name, params)
+    assert contract is not None, f"{name}{params} not recognised"
+    size = c.contract_check(contract, name)(inputs, output, ctx or {})
+    return contract, size, contract.tolerance(output)
+
+
+def rms_norm(x, weight, eps, weight_offset=0.0):  # [T, H] -> [T, H]
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * (weight_offset + weight)).to(x.dtype)
+
+
+def rms_norm_centered(x, weight, eps, weight_offset=0.0):  # the silent bug: a variance, not a mean square
+    xf = x.float()
+    return xf * torch.rsqrt(xf.var(-1, keepdim=True, correction=0) + eps) * (weight_offset + weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_kept_by_a_correct_kernel_in_each_dtype(dtype):
+    x, w = X.to(dtype), W.to(dtype)
+    inputs = {"x": x, "weight": w, "eps": 1e-6, "weight_offset": 0.0}
+    contract, size, tol = judge_one("rms_norm", tuple(inputs), inputs, rms_norm(x, w, 1e-6))
+    assert contract.name == "rms-norm" and size < tol
+
+
+def test_rms_norm_broken_by_a_mean_centred_kernel():
+    inputs = {"x": X + 0.3, "weight": W, "eps": 1e-6, "weight_offset": 0.0}
+    _, size, tol = judge_one("rms_norm", tuple(inputs), inputs, rms_norm_centered(X + 0.3, W, 1e-6))
+    assert size > 100 * tol
+
+
+def test_fused_rms_norm_judges_the_sum_and_the_new_residual():
+    res = torch.randn(5, 16)
+    inputs = {"x": X, "residual": res, "weight": W, "eps": 1e-6, "weight_offset": 1.0}
+    right = (rms_norm(X + res, W, 1e-6, 1.0), X + res)
+    assert judge_one("fused_add_rms_norm", tuple(inputs), inputs, right)[1] < 1e-5
+    dropped_offset = (rms_norm(X + res, W, 1e-6, 0.0), X + res)  # the offset ignored: (1 + w) became w
+    assert judge_one("fused_add_rms_norm", tuple(inputs), inputs, dropped_offset)[1] > 0.1
+
+
+def test_gated_activations_follow_their_names():
+    x = torch.randn(4, 32) * 2
+    gate, up = x.chunk(2, -1)
+    assert judge_one("silu_and_mul", ("x",), {"x": x}, F.silu(gate) * up)[1] < 1e-6
+    tanh = F.gelu(gate, approximate="tanh") * up
+    assert judge_one("gelu_tanh_and_mul", ("x",), {"x": x}, tanh)[1] < 1e-6
+    _, size, tol = judge_one("gelu_tanh_and_mul", ("x",), {"x": x}, F.gelu(gate) * up)  # exact GELU
+    assert size > 5 * tol
+    assert judge_one("gelu_and_mul", ("x",), {"x": x}, F.gelu(gate) * up)[1] < 1e-6  # a bare name allows either
+    assert judge_one("silu_and_mul", ("x",), {"x": x}, F.silu(up) * gate)[1] > 0.1  # gate and up swapped
+
+
+def test_softcap():
+    s = torch.randn(3, 7) * 20
+    inputs = {"scores": s, "softcap": 50.0}
+    assert judge_one("_softcap", ("scores", "softcap"), inputs, torch.tanh(s / 50.0) * 50.0)[1] < 1e-6
+    assert judge_one("_softcap", ("scores", "softcap"), inputs, torch.tanh(s) * 50.0)[1] > 1.0
+    assert judge_one("_softcap", ("scores", "softcap"), {"scores": s, "softcap": None}, s)[1] == 0.0
+
+
+def test_mask_rule_causal_and_window():
+    q, kv = torch.arange(10, 20).view(-1, 1), torch.arange(20).view(1, -1)
+    inputs = {"q_pos": q, "kv_pos": kv, "sliding_window": 4}
+    right = (kv <= q) & (kv > q - 4)
+    assert judge_one("_visible", tuple(inputs), inputs, right)[1] == 0.0
+    off_by_one = (kv <= q) & (kv >= q - 4)
+    assert judge_one("_visible", tuple(inputs), inputs, off_by_one)[1] > 0.0
+
+
+def test_rope_tables_and_frequencies():
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
+    pos = torch.arange(40)
+    angles = pos.float()[:, None] * inv_freq[None]
+    table = torch.cat((angles.cos() * 1.2, angles.sin() * 1.2), -1)
+    inputs = {"inv_freq": inv_freq, "positions": pos, "attention_scaling": 1.2}
+    assert judge_one("compute_cos_sin_cache", tuple(inputs), inputs, table)[1] < 1e-5
+    unscaled = torch.cat((angles.cos(), angles.sin()), -1)
+    assert judge_one("compute_cos_sin_cache", tuple(inputs), inputs, unscaled)[1] > 0.1
+    rope = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    inputs = {"rope": rope, "dim": 16, "max_pos": 1024, "seq_len": None}
+    assert judge_one("dynamic_ntk_inv_freq", tuple(inputs), inputs, (inv_freq, 1.0))[1] < 1e-6
+    grown = 1.0 / ((10000 * 3.0 ** (16 / 14)) ** (torch.arange(0, 16, 2).float() / 16))
+    assert judge_one("dynamic_ntk_inv_freq", tuple(inputs), inputs, (grown, 1.0))[1] > 0.01
+
+
+def test_rotary_rotation():
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+    angles = torch.arange(32).float()[:, None] * inv_freq[None]
+    cache = torch.cat((angles.cos(), angles.sin()), -1)  # [32, 8]
+    pos, q, k = torch.tensor([3, 4, 5]), torch.randn(3, 16), torch.randn(3, 8)
+
+    def rotate(x, p):
+        xs = x.view(3, -1, 8)
+        cos, sin = cache[p].chunk(2, -1)
+        cos, sin = torch.cat((cos, cos), -1)[:, None], torch.cat((sin, sin), -1)[:, None]
+        return (xs * cos + torch.cat((-xs[..., 4:], xs[..., :4]), -1) * sin).reshape(x.shape)
+
+    inputs = {"positions": pos, "query": q, "key": k, "cos_sin_cache": cache, "head_dim": 8}
+    assert judge_one("rotary_embedding", tuple(inputs), inputs, (rotate(q, pos), rotate(k, pos)))[1] < 1e-6
+    shifted = (rotate(q, pos - pos[0]), rotate(k, pos - pos[0]))  # positions restarted at 0
+    assert judge_one("rotary_embedding", tuple(inputs), inputs, shifted)[1] > 0.1
+
+
+def test_sampler_cuts_and_penalty():
+    logits = torch.randn(2, 50) * 3
+    kth = logits.sort(-1, descending=True).values[:, 4:5]
+    inputs = {"logits": logits, "top_k": torch.tensor([5, 5])}
+    assert judge_one("apply_top_k", tuple(inputs), inputs, logits.masked_fill(logits < kth, -math.inf))[1] == 0
+    kth6 = logits.sort(-1, descending=True).values[:, 5:6]  # keeps k + 1
+    assert judge_one("apply_top_k", tuple(inputs), inputs, logits.masked_fill(logits < kth6, -math.inf))[1] > 0
+    probs = logits.softmax(-1)
+    inputs = {"logits": logits, "min_p": torch.tensor([0.1, 0.1])}
+    right = logits.masked_fill(probs < 0.1 * probs.amax(-1, keepdim=True), -math.inf)
+    assert judge_one("apply_min_p", tuple(inputs), inputs, right)[1] == 0
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    seen[:, :10] = True
+    ctx = {"sampling": [{"repetition_penalty": 1.3}]}
+    hf = torch.where(seen, torch.where(logits > 0, logits / 1.3, logits * 1.3), logits)
+    inputs = {"logits": logits, "st": None}
+    assert judge_one("apply_penalties", ("logits", "st"), inputs, hf, ctx)[1] == 0
+    divided = torch.where(seen, logits / 1.3, logits)  # negative logits raised
+    _, size, tol = judge_one("apply_penalties", ("logits", "st"), inputs, divided, ctx)
+    assert size > tol
+    negative = {"sampling": [{"presence_penalty": -0.5}]}  # may raise on purpose: not judged
+    assert judge_one("apply_penalties", ("logits", "st"), inputs, divided, negative)[1] is None
+
+
+def test_int8_quantizer():
+    w = torch.randn(6, 32)
+    s = w.abs().amax(-1) / 127
+    right = (torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8), s)
+    _, size, tol = judge_one("quantize_per_channel_int8", ("w",), {"w": w}, right)
+    assert size <= tol
+    truncated = ((w / s[:, None]).clamp(-127, 127).to(torch.int8), s)
+    assert judge_one("quantize_per_channel_int8", ("w",), {"w": w}, truncated)[1] > tol
+
+
+def test_roles_are_recognised_by_name_and_parameters_only():
+    assert c.contract_for("Anything.rms_norm", ("hidden", "weight", "variance_epsilon")).name == "rms-norm"
+    assert c.contract_for("forward", ("x",)) is None
+    assert c.contract_for("apply_top_p", ("logits", "top_p")).name == "top-p"
+    assert c.contract_for("dequantize_int8", ("q", "scale")) is None
+
+
+def test_a_call_that_does_not_fit_its_role_is_not_judged():
+    inputs = {"x": X, "weight": torch.randn(3), "eps": 1e-6}  # weight of the wrong width
+    verdicts = c.judge(
+        [
+            type(
+                "Call",
+                (),
+                {
+                    "function": "m.py:rms_norm",
+                    "params": tuple(inputs),
+                    "inputs": inputs,
+                    "output": X,
+                    "parent": None,
+                    "order": 0,
+                    "callees": set(),
+                },
+            )()
+        ],
+        {},
+    )
+    assert verdicts == []

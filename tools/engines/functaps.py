@@ -1,0 +1,108 @@
+"""Function taps: the inputs and outputs of chosen Python functions of the tree under test, recorded
+in the worker while the engine runs (issue 13 item 2), so each can be judged on its own inputs.
+
+A `sys.setprofile` hook sees every Python call and return; functions under `root` that `wanted`
+accepts (by qualname and parameter names) have their arguments copied at the call (a fused kernel
+may overwrite them in place) and their return value copied at the return. Tensors are cloned,
+plain data kept, other objects (modules, engine state) dropped. At most `max_calls` calls are kept
+per function; each call also names the nearest recorded function it ran inside (`parent`), so a
+caller that is wrong only because its callee is can be told apart.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType
+
+from tools.engines.funccov import qualname
+
+DROPPED = "<object>"
+
+
+@dataclass
+class FunctionCall:
+    function: str  # "relpath:qualname"
+    params: tuple[str, ...]
+    inputs: dict  # parameter name -> copied value (DROPPED when not plain data)
+    output: object = None
+    parent: str | None = None  # the nearest recorded function this call ran inside
+    order: int = 0  # position among all recorded calls (execution order)
+    callees: set = field(default_factory=set)  # wanted functions it called (recorded or over their limit)
+
+
+def snapshot(value, depth: int = 0):
+    """A copy that later in-place writes cannot change: tensors cloned, plain data kept."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if depth < 2 and isinstance(value, (tuple, list)):
+        return type(value)(snapshot(v, depth + 1) for v in value)
+    if depth < 2 and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: snapshot(v, depth + 1) for k, v in value.items()}
+    return DROPPED
+
+
+def parameters(code: CodeType) -> tuple[str, ...]:
+    n = code.co_argcount + code.co_kwonlyargcount
+    return tuple(p for p in code.co_varnames[:n] if p not in ("self", "cls"))
+
+
+@contextmanager
+def function_taps(root: str | None, wanted: Callable[[str, tuple[str, ...]], bool], max_calls: int = 4):
+    """Yields a list that holds a FunctionCall per recorded call once the block is left."""
+    calls: list[FunctionCall] = []
+    if not root:
+        yield calls
+        return
+    prefix = str(Path(root).resolve()) + os.sep
+    chosen: dict[CodeType, str | None] = {}  # code -> "relpath:qualname" if recorded, else None
+    counts: dict[str, int] = {}
+    open_calls: dict[int, FunctionCall] = {}  # id(frame) -> its call, innermost last
+    stack: list[FunctionCall] = []
+
+    def pick(code: CodeType) -> str | None:
+        if code not in chosen:
+            ok = code.co_filename.startswith(prefix) and wanted(qualname(code), parameters(code))
+            chosen[code] = f"{code.co_filename[len(prefix) :]}:{qualname(code)}" if ok else None
+        return chosen[code]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            key = pick(frame.f_code)
+            if key is None:
+                return
+            if stack:
+                stack[-1].callees.add(key)
+            if counts.get(key, 0) >= max_calls:
+                return
+            counts[key] = counts.get(key, 0) + 1
+            params = parameters(frame.f_code)
+            local = frame.f_locals
+            call = FunctionCall(
+                key,
+                params,
+                {p: snapshot(local.get(p)) for p in params},
+                parent=stack[-1].function if stack else None,
+                order=len(calls),
+            )
+            calls.append(call)
+            open_calls[id(frame)] = call
+            stack.append(call)
+        elif event == "return" and id(frame) in open_calls:
+            call = open_calls.pop(id(frame))
+            call.output = snapshot(arg)
+            stack.remove(call)
+
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)

@@ -1,0 +1,503 @@
+"""Function contracts: what a function of a known role must compute from its own inputs.
+
+With no history to restore (a bug at base), a function is judged on its own: its recorded inputs
+go through an fp64 recomputation of the rule its role implies (RMSNorm, a gated activation,
+soft-capping, a rotary table or rotation, a mask, a top-k / top-p / min-p cut, a penalty, an int8
+quantizer) and its recorded output is compared with it. Roles are recognised from the function's
+name and parameter names only (the vocabulary serving engines share: `weight`, `eps`,
+`inv_freq`, `positions`, `sliding_window`, `top_k`, …), never from an engine's module layout.
+
+A check returns the violation size in the units of its tolerance (relative error, or the share of
+mask entries that disagree), or None when the recorded call does not fit the role after all
+(unexpected shapes, a value it cannot read): such a call is not judged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tools.probe import sampling_ref
+from tools.refmodels import rope as rope_ref
+
+# Relative error a correct implementation stays under, by the dtype of its output: a few
+# roundings of that dtype, far below what a wrong formula gives (a dropped term, a swapped
+# convention: 1e-3 and up even in float32).
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str  # e.g. "rms-norm"
+    component: str  # the tap component it belongs to (tools.probe.taps.component)
+    rule: str  # one line: what the function must compute
+    applies: Callable[[str, tuple[str, ...]], bool]  # (function name, parameter names) -> is it this role
+    check: Callable[[dict, object, dict], float | None]  # (inputs, output, context) -> violation size
+    tolerance: Callable[[object], float]  # output -> the size a correct implementation stays under
+
+
+# ---------------------------------------------------------------- shared numerics
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:  # [...] vs [...] -> ||got - want|| / ||want||
+    got, want = got.double(), want.double()
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def first_tensor(inputs: dict) -> torch.Tensor | None:
+    return next((v for v in inputs.values() if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
+
+
+def out_tensor(output) -> torch.Tensor | None:
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    return output if isinstance(output, torch.Tensor) and output.is_floating_point() else None
+
+
+def dtype_tolerance(output) -> float:
+    t = out_tensor(output)
+    return TOLERANCE.get(t.dtype, 1e-5) if t is not None else 1e-5
+
+
+def param(inputs: dict, *words: str):
+    """The first input whose parameter name contains one of `words` (None if none does)."""
+    return next((v for k, v in inputs.items() if any(w in k.lower() for w in words)), None)
+
+
+def has(params: tuple[str, ...], *words: str) -> bool:
+    return any(w in p.lower() for p in params for w in words)
+
+
+# ---------------------------------------------------------------- norms and activations
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    # [T, H], [H] -> [T, H] fp64: x / sqrt(mean(x^2) + eps) * (offset + w)
+    x = x.double()
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * (offset + weight.double())
+
+
+def check_rms_norm(inputs: dict, output, _ctx: dict) -> float | None:
+    x, weight, eps = first_tensor(inputs), param(inputs, "weight"), param(inputs, "eps", "epsilon")
+    got = out_tensor(output)
+    if x is None or not isinstance(weight, torch.Tensor) or not isinstance(eps, (int, float)) or got is None:
+        return None
+    residual = param(inputs, "residual")
+    if isinstance(residual, torch.Tensor):
+        x = x.double() + residual.double()
+    offset = param(inputs, "offset")
+    want = rms_norm_ref(x, weight, float(eps), float(offset or 0.0))
+    if got.shape != want.shape:
+        return None
+    err = rel_err(got, want)
+    if isinstance(residual, torch.Tensor) and isinstance(output, (tuple, list)) and len(output) == 2:
+        new_residual = output[1]
+        if isinstance(new_residual, torch.Tensor) and new_residual.shape == x.shape:
+            err = max(err, rel_err(new_residual, x))
+    return err
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:  # fp64 elementwise
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def gelu_erf(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+def activation_for(name: str) -> list[Callable]:
+    """The activations a function's name allows: 'gelu_tanh' is the tanh form only, a bare 'gelu'
+    either form (engines differ on what the plain name means)."""
+    name = name.lower()
+    if "silu" in name or "swiglu" in name:
+        return [silu]
+    if "gelu" in name:
+        return [gelu_tanh] if "tanh" in name or "new" in name or "fast" in name else [gelu_tanh, gelu_erf]
+    return []
+
+
+def check_gated_activation(name: str):
+    def check(inputs: dict, output, _ctx: dict) -> float | None:
+        x, got = first_tensor(inputs), out_tensor(output)
+        if x is None or got is None or x.shape[-1] != 2 * got.shape[-1]:
+            return None
+        gate, up = x.double().chunk(2, dim=-1)  # [T, I] each: the fused [gate | up] layout
+        return min(rel_err(got, act(gate) * up) for act in activation_for(name))
+
+    return check
+
+
+def is_gated_activation(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return bool(activation_for(n)) and ("mul" in n or "and" in n or "glu" in n) and len(params) <= 2
+
+
+# ---------------------------------------------------------------- soft-capping, masks
+
+
+def check_softcap(inputs: dict, output, _ctx: dict) -> float | None:
+    x, got = first_tensor(inputs), out_tensor(output)
+    cap = param(inputs, "cap")
+    if x is None or got is None or got.shape != x.shape or not (cap is None or isinstance(cap, (int, float))):
+        return None
+    want = x.double() if not cap else torch.tanh(x.double() / cap) * cap
+    return rel_err(got, want)
+
+
+def is_softcap(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return ("softcap" in n or "soft_cap" in n) and has(params, "cap") and len(params) == 2
+
+
+def visible_ref(q_pos: torch.Tensor, kv_pos: torch.Tensor, window) -> torch.Tensor:
+    """Causal (key at or before the query) and, with a window W, within the last W positions:
+    kv <= q and kv > q - W (transformers' sliding-window rule)."""
+    mask = kv_pos <= q_pos
+    return mask & (kv_pos > q_pos - window) if window is not None else mask
+
+
+def check_mask(inputs: dict, output, _ctx: dict) -> float | None:
+    q_pos, kv_pos = param(inputs, "q_pos", "query_pos", "qpos"), param(inputs, "kv_pos", "key_pos", "kpos")
+    window = param(inputs, "window")
+    if not isinstance(q_pos, torch.Tensor) or not isinstance(kv_pos, torch.Tensor):
+        return None
+    if not isinstance(output, torch.Tensor) or output.dtype != torch.bool:
+        return None
+    want = visible_ref(q_pos, kv_pos, window if isinstance(window, int) else None)
+    if want.shape != output.shape:
+        return None
+    return float((want != output).double().mean())
+
+
+def is_mask(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return ("mask" in n or "visible" in n) and has(params, "q_pos", "query_pos", "qpos") and has(params, "kv_pos")
+
+
+# ---------------------------------------------------------------- rotary embedding
+
+
+def check_cos_sin(inputs: dict, output, _ctx: dict) -> float | None:
+    """A cos/sin table from frequencies and positions: angle = position * inv_freq, times the rope
+    type's attention scaling; laid out as [cos | sin], [cos cos | sin sin], or a (cos, sin) pair."""
+    freqs, positions = param(inputs, "inv_freq", "freq"), param(inputs, "position")
+    scale = param(inputs, "scaling", "mscale", "attention_factor")
+    if not isinstance(freqs, torch.Tensor) or not isinstance(positions, torch.Tensor):
+        return None
+    scale = float(scale) if isinstance(scale, (int, float)) else 1.0
+    angles = positions.double()[:, None] * freqs.double()[None, :]  # [P, F]
+    cos, sin = angles.cos() * scale, angles.sin() * scale
+    layouts = [torch.cat((cos, sin), -1), torch.cat((cos, cos, sin, sin), -1)]
+    if isinstance(output, (tuple, list)) and len(output) == 2:
+        got = (
+            torch.cat([o.reshape(cos.shape[0], -1) for o in output], -1)
+            if all(isinstance(o, torch.Tensor) for o in output)
+            else None
+        )
+    else:
+        got = output if isinstance(output, torch.Tensor) else None
+    errs = [rel_err(got, w) for w in layouts if got is not None and got.shape == w.shape]
+    return min(errs) if errs else None
+
+
+def is_cos_sin(_name: str, params: tuple[str, ...]) -> bool:
+    return has(params, "inv_freq") and has(params, "position")
+
+
+def check_inv_freq(inputs: dict, output, _ctx: dict) -> float | None:
+    """Frequencies (and the cos/sin scale) from a rope config, against tools/refmodels/rope.py."""
+    rope = next((v for v in inputs.values() if isinstance(v, dict) and ("rope_theta" in v or "base" in v)), None)
+    dim = param(inputs, "dim")
+    max_pos = param(inputs, "max_pos", "max_position")
+    if rope is None or not isinstance(dim, int) or not isinstance(max_pos, int):
+        return None
+    rope = {**rope, "rope_type": rope.get("rope_type", rope.get("type", "default"))}
+    rope.setdefault("rope_theta", rope.get("base"))
+    seq_len = param(inputs, "seq_len", "length")
+    length = int(seq_len) if isinstance(seq_len, (int, float, torch.Tensor)) else max_pos
+    try:
+        want, scale = rope_ref.frequencies(rope, dim, length, max_pos, torch.float64)
+    except (KeyError, ValueError, TypeError):
+        return None
+    got, got_scale = (output[0], output[1]) if isinstance(output, (tuple, list)) else (output, None)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return None
+    err = rel_err(got, want)
+    if isinstance(got_scale, (int, float)):
+        err = max(err, abs(float(got_scale) - scale) / abs(scale))
+    return err
+
+
+def is_inv_freq(name: str, params: tuple[str, ...]) -> bool:
+    return "inv_freq" in name.lower() and has(params, "rope", "config") and has(params, "dim")
+
+
+def check_base_inv_freq(inputs: dict, output, _ctx: dict) -> float | None:
+    base, dim = param(inputs, "base", "theta"), param(inputs, "dim")
+    if not isinstance(base, (int, float)) or not isinstance(dim, int) or not isinstance(output, torch.Tensor):
+        return None
+    want = rope_ref.default_freqs(float(base), dim, torch.float64)
+    return rel_err(output, want) if output.shape == want.shape else None
+
+
+def is_base_inv_freq(name: str, params: tuple[str, ...]) -> bool:
+    return "inv_freq" in name.lower() and has(params, "base", "theta") and has(params, "dim") and len(params) == 2
+
+
+def check_rotary(inputs: dict, output, _ctx: dict) -> float | None:
+    """Rotate-half RoPE of q and k at `positions`, from a [max_pos, rot_dim] table of cos | sin."""
+    positions, cache = param(inputs, "position"), param(inputs, "cos_sin", "cache")
+    q, k, head_dim = param(inputs, "query"), param(inputs, "key"), param(inputs, "head_dim", "head_size")
+    if not all(isinstance(t, torch.Tensor) for t in (positions, cache, q, k)) or not isinstance(head_dim, int):
+        return None
+    if not isinstance(output, (tuple, list)) or len(output) != 2 or cache.shape[-1] != head_dim:
+        return None
+    cos, sin = cache.double()[positions].chunk(2, dim=-1)  # [T, D/2] each
+    cos, sin = torch.cat((cos, cos), -1)[:, None], torch.cat((sin, sin), -1)[:, None]
+    errs = []
+    for x, got in zip((q, k), output):
+        xs = x.double().reshape(x.shape[0], -1, head_dim)  # [T, N, D]
+        half = head_dim // 2
+        turned = torch.cat((-xs[..., half:], xs[..., :half]), -1)
+        errs.append(rel_err(got.reshape(xs.shape), xs * cos + turned * sin))
+    return max(errs)
+
+
+def is_rotary(_name: str, params: tuple[str, ...]) -> bool:
+    return has(params, "position") and has(params, "query") and has(params, "key") and has(params, "cos_sin")
+
+
+# ---------------------------------------------------------------- sampler
+
+
+def kept_mismatch(inputs: dict, output, setting: dict) -> float | None:
+    """Share of entries where the function's kept set ([S, V], finite = kept) leaves the rule's:
+    every surely kept token must be kept, no surely dropped one may be (tools/probe/sampling_ref)."""
+    x = first_tensor(inputs)
+    if x is None or not isinstance(output, torch.Tensor) or output.shape != x.shape or x.dim() != 2:
+        return None
+    kept, bad = torch.isfinite(output), 0
+    for row in range(x.shape[0]):
+        s = {key: (float(v[row]) if isinstance(v, torch.Tensor) else v) for key, v in setting.items()}
+        if "top_k" in s:
+            s["top_k"] = int(s["top_k"])
+        finite = x[row][torch.isfinite(x[row])]
+        eps = 1e-6 * float(finite.abs().max()) if finite.numel() else 0.0
+        sure, maybe = sampling_ref.kept_bounds(x[row], s, eps, mass_tol=1e-6)
+        bad += int((sure & ~kept[row]).sum() + (kept[row] & ~maybe).sum())
+    return bad / x.numel()
+
+
+def check_cut(key: str, *words: str):
+    def check(inputs: dict, output, _ctx: dict) -> float | None:
+        value = param(inputs, *words)
+        if not isinstance(value, (torch.Tensor, int, float)):
+            return None
+        return kept_mismatch(inputs, output, {key: value})
+
+    return check
+
+
+def is_cut(word: str, *param_words: str):
+    def applies(name: str, params: tuple[str, ...]) -> bool:
+        return word in name.lower().replace("topk", "top_k").replace("minp", "min_p") and has(params, *param_words)
+
+    return applies
+
+
+def check_penalty(inputs: dict, output, ctx: dict) -> float | None:
+    """Penalties that are all non-negative (repetition >= 1, presence and frequency >= 0) can only
+    lower a logit, never raise one: the size is the largest rise, relative to the largest logit."""
+    x, got = first_tensor(inputs), out_tensor(output)
+    if x is None or got is None or got.shape != x.shape:
+        return None
+    for s in ctx.get("sampling", []):
+        if (
+            s.get("repetition_penalty", 1.0) < 1.0
+            or min(s.get("presence_penalty", 0.0), s.get("frequency_penalty", 0.0)) < 0
+        ):
+            return None  # a negative penalty may raise a logit on purpose
+    finite = torch.isfinite(x) & torch.isfinite(got)
+    rise = (got.double() - x.double()).where(finite, torch.zeros((), dtype=torch.float64)).clamp_min(0)
+    return float(rise.max() / x.double()[finite].abs().max().clamp_min(1e-30))
+
+
+def is_penalty(name: str, params: tuple[str, ...]) -> bool:
+    return "penalt" in name.lower() and has(params, "logit")
+
+
+# ---------------------------------------------------------------- quantization
+
+
+def check_int8_quantizer(inputs: dict, output, _ctx: dict) -> float | None:
+    """Symmetric per-row int8: w ~ q * s with q = round(w / s), so no weight is off by more than half
+    a step. The size is the largest error in steps."""
+    w = first_tensor(inputs)
+    if w is None or w.dim() != 2 or not isinstance(output, (tuple, list)) or len(output) != 2:
+        return None
+    q, scale = output
+    if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != w.shape:
+        return None
+    if not isinstance(scale, torch.Tensor) or scale.numel() != w.shape[0]:
+        return None
+    s = scale.double().reshape(-1, 1)
+    clipped = w.double().clamp(-127 * s, 127 * s)
+    return float(((q.double() * s - clipped).abs() / s).max())
+
+
+def is_int8_quantizer(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return "quant" in n and "int8" in n and "dequant" not in n and len(params) <= 2
+
+
+# ---------------------------------------------------------------- the table
+
+
+def fixed(value: float) -> Callable[[object], float]:
+    return lambda _output: value
+
+
+CONTRACTS: list[Contract] = [
+    Contract(
+        "rms-norm",
+        "norm",
+        "x / sqrt(mean(x^2) + eps) * (offset + w), residual added first",
+        lambda n, p: "rms" in n.lower() and "norm" in n.lower() and has(p, "weight") and has(p, "eps"),
+        check_rms_norm,
+        dtype_tolerance,
+    ),
+    Contract(
+        "gated-activation",
+        "activation",
+        "act(gate) * up over the fused [gate | up] input",
+        is_gated_activation,
+        None,
+        dtype_tolerance,
+    ),  # check bound per name in contract_check
+    Contract("softcap", "attention", "tanh(x / cap) * cap", is_softcap, check_softcap, dtype_tolerance),
+    Contract(
+        "attention-mask", "attention", "key visible iff kv <= q and kv > q - window", is_mask, check_mask, fixed(0.0)
+    ),
+    Contract(
+        "rope-base-frequencies", "rotary", "theta ** (-2i / dim)", is_base_inv_freq, check_base_inv_freq, fixed(2e-5)
+    ),
+    Contract(
+        "rope-frequencies",
+        "rotary",
+        "inv_freq and cos/sin scale of the rope type (refmodels.rope)",
+        is_inv_freq,
+        check_inv_freq,
+        fixed(2e-5),
+    ),
+    Contract(
+        "rope-cos-sin",
+        "rotary",
+        "cos/sin of position * inv_freq, times the attention scaling",
+        is_cos_sin,
+        check_cos_sin,
+        dtype_tolerance,
+    ),
+    Contract(
+        "rope-rotation", "rotary", "rotate-half RoPE from the cos | sin table", is_rotary, check_rotary, dtype_tolerance
+    ),
+    Contract(
+        "top-k",
+        "sampler",
+        "keep the logits >= the k-th largest",
+        is_cut("top_k", "top_k", "k"),
+        check_cut("top_k", "top_k", "k"),
+        fixed(0.0),
+    ),
+    Contract(
+        "top-p",
+        "sampler",
+        "keep the smallest set whose mass reaches p",
+        is_cut("top_p", "top_p", "p"),
+        check_cut("top_p", "top_p", "p"),
+        fixed(0.0),
+    ),
+    Contract(
+        "min-p",
+        "sampler",
+        "drop tokens with probability < min_p * max probability",
+        is_cut("min_p", "min_p"),
+        check_cut("min_p", "min_p"),
+        fixed(0.0),
+    ),
+    Contract(
+        "penalty", "sampler", "non-negative penalties never raise a logit", is_penalty, check_penalty, dtype_tolerance
+    ),
+    Contract(
+        "int8-quantizer",
+        "linear",
+        "q = round(w / s): |q * s - w| <= s / 2",
+        is_int8_quantizer,
+        check_int8_quantizer,
+        fixed(0.5 + 1e-3),
+    ),
+]
+
+
+def contract_for(name: str, params: tuple[str, ...]) -> Contract | None:
+    """The role a function plays, from its name (the last part of its qualname) and parameters."""
+    short = name.rsplit(".", 1)[-1]
+    return next((c for c in CONTRACTS if c.applies(short, params)), None)
+
+
+def contract_check(contract: Contract, name: str) -> Callable[[dict, object, dict], float | None]:
+    return check_gated_activation(name.rsplit(".", 1)[-1]) if contract.check is None else contract.check
+
+
+def judge(calls, context: dict) -> list[dict]:
+    """Recorded calls (tools.engines.functaps.FunctionCall) -> one verdict per function, in the
+    order the functions first ran: how many calls were judged, how many broke the contract, the
+    largest violation and the tolerance it is measured against."""
+    verdicts: dict[str, dict] = {}
+    for call in calls:
+        contract = contract_for(call.function.rsplit(":", 1)[-1], call.params)
+        if contract is None:
+            continue
+        try:
+            size = contract_check(contract, call.function)(call.inputs, call.output, context)
+        except (RuntimeError, ValueError, TypeError, IndexError):  # shapes that do not fit the role
+            size = None
+        if size is None or math.isnan(size):
+            continue
+        tol = contract.tolerance(call.output)
+        v = verdicts.setdefault(call.function, new_verdict(call, contract, tol))
+        v["calls"] += 1
+        v["callees"] = sorted(set(v["callees"]) | set(getattr(call, "callees", ())))
+        v["max_violation"] = max(v["max_violation"], size)
+        if size > tol:
+            v["violations"] += 1
+            v["first_violation"] = call.order if v["first_violation"] is None else v["first_violation"]
+    return sorted(verdicts.values(), key=lambda v: v["order"])
+
+
+def new_verdict(call, contract: Contract, tol: float) -> dict:
+    return {
+        "function": call.function,
+        "contract": contract.name,
+        "component": contract.component,
+        "rule": contract.rule,
+        "calls": 0,
+        "violations": 0,
+        "max_violation": 0.0,
+        "tolerance": tol,
+        "order": call.order,
+        "first_violation": None,
+        "parent": call.parent,
+        "callees": [],
+    }
+
+
+def sampling_context(scenario) -> dict:
+    """What the penalty contract needs from the scenario: each request's sampling settings."""
+    return {"sampling": [dict(r.sampling or {}) for r in scenario.requests]}
