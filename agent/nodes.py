@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
 
+from agent.config import RunConfig
 from agent.policies import Policy, variant_name
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 from tools.scenario import Scenario
 
 if TYPE_CHECKING:
     from agent.llm import LLM
-    from agent.run import RunConfig
 
 VARIANT_TOOL_RUNS = 8  # engine runs one `run_variant` tool call may spend
 MAX_VARIANT_TOOL_CALLS = 2

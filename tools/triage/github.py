@@ -2,14 +2,13 @@
 
 Rate limits (403/429 with `Retry-After` or `X-RateLimit-Reset`), 5xx and network errors are
 retried with bounded exponential backoff; a wait longer than `max_wait_s` is not slept through
-but raised as `RateLimited`. The token goes in the Authorization header only; it is never part
-of a message, an exception or the client's repr.
+but raised as `RateLimited`. The token (the caller's: agent.config reads $GITHUB_TOKEN) goes in
+the Authorization header only; it is never part of a message, an exception or the client's repr.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.error
@@ -85,14 +84,6 @@ class GitHub:
     max_wait_s: float = 120.0
     timeout_s: float = 30.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-
-    @classmethod
-    def from_env(cls, base_url: str | None = None, **kw) -> GitHub:
-        return cls(
-            base_url=base_url or os.environ.get("GITHUB_API_URL", DEFAULT_API),
-            token=os.environ.get("GITHUB_TOKEN") or None,
-            **kw,
-        )
 
     # --- endpoints -------------------------------------------------------------------------
     def list_issues(self, repo: str, since: str | None = None, state: str = "open") -> list[dict]:
