@@ -139,7 +139,7 @@ class OpenAIChat:
             if answer is None:
                 raise LLMMalformed(f"answer is not a JSON object: {(message.content or '')[:200]!r}")
             if offer is not None and "tool" in answer and self.mode != "tools":
-                self._run_json_call(answer, message.content, messages, tools)
+                self._run_json_call(answer, message.content, messages, offer)
                 continue
             return answer
         raise LLMMalformed(f"no final answer after {self.max_tool_rounds} tool rounds")
@@ -171,6 +171,7 @@ class OpenAIChat:
     def _send(self, kwargs: dict):
         import openai
 
+        error: LLMError
         for attempt in range(self.retries + 1):
             self._check_budget()
             self.usage.calls += 1
@@ -309,6 +310,8 @@ class SourceTools:
     def _commit_diff(self, commit: str) -> str:
         from tools.history.gitrepo import GitError, commit_diff, commit_info
 
+        if self.repo is None:
+            return "error: no repository"
         if not SAFE_REF.fullmatch(str(commit)):
             return f"error: {commit!r} is not a commit reference"
         try:
@@ -320,4 +323,6 @@ class SourceTools:
     def _run_variant(self, name: str) -> str:
         if name not in self.variants:
             return f"error: unknown variant {name!r}; variants: {', '.join(self.variants)}"
+        if self.variant_runner is None:
+            return "error: no engine to run variants on"
         return self.variant_runner(name)

@@ -23,6 +23,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.config import LLMS, RunConfig, Settings, UsageError
 from tools import progress
@@ -87,7 +88,13 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 
     session = make_session(inputs, cfg, stages)
     graph = build_graph(session)
-    state = {"issue": inputs.issue, "issue_text": inputs.issue_text, "repro": inputs.repro, "path": [], "notes": []}
+    state: dict[str, Any] = {
+        "issue": inputs.issue,
+        "issue_text": inputs.issue_text,
+        "repro": inputs.repro,
+        "path": [],
+        "notes": [],
+    }
     final = state
     for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
         if mode == "values":

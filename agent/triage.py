@@ -74,11 +74,19 @@ class AgentDiagnoser:
         return fn(issue, scenario)
 
 
+class TriageLLM(Protocol):
+    """agent.triage_llm.OpenAITriageLLM, or a test's scripted one."""
+
+    def classify(self, title: str, body: str) -> tuple[str, float] | None: ...
+
+    def extract(self, title: str, body: str) -> dict | None: ...
+
+
 @dataclass
 class Reader:
     """Classification and scenario extraction: rules, helped by an LLM when one is given."""
 
-    llm: object | None = None
+    llm: TriageLLM | None = None
 
     def classify(self, title: str, body: str) -> dict:
         c = classify_issue(title, body)  # the rules combined with the n-gram model
@@ -265,6 +273,8 @@ def apply_plan(plan: Plan, ctx: Context) -> list[str]:
 
 
 def _comment(plan: Plan, ctx: Context) -> str | None:
+    if plan.comment is None:
+        return None
     if not ctx.post:
         print(f"--- would comment on {ctx.repo}#{plan.number}:\n{plan.comment}---", file=ctx.out)
         return None
@@ -301,7 +311,7 @@ def classify_line(line: str, reader: Reader) -> dict:
     """One input line -> the contract's output object (malformed -> `other`, confidence 0)."""
     try:
         item = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
     if not isinstance(item, dict):
         raise ValueError(f"expected a JSON object, got {type(item).__name__}")

@@ -17,7 +17,7 @@ from tools.triage.rules import LABELS
 SCENARIO_KEYS = ("model", "target", "workload", "good_ref", "meta")
 
 
-def parse_label(text: str) -> tuple[str, float] | None:
+def parse_label(text: str | None) -> tuple[str, float] | None:
     obj = parse_json_object(text)
     if not obj or obj.get("label") not in LABELS:
         return None

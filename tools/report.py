@@ -18,6 +18,7 @@ import json
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from prompts import render_document
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
@@ -122,7 +123,7 @@ def build_report(
 def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> dict:
     """Prober.runs (one dict per engine run that answered) -> per role: engines, dtypes, runs, the
     package files imported; plus the target's source tree and its commit. Pure but for `source_tree`."""
-    out = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
+    out: dict[str, Any] = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
     for role in ("target", "reference"):
         mine = [r for r in runs if r["role"] == role]
         out[role] = {

@@ -102,20 +102,21 @@ class GitHub:
         return self._paginate(f"/repos/{repo}/issues/{number}/comments?per_page=100")
 
     def create_comment(self, repo: str, number: int, body: str) -> dict:
-        return self.request("POST", f"/repos/{repo}/issues/{number}/comments", {"body": body}).body
+        return self.request("POST", f"/repos/{repo}/issues/{number}/comments", {"body": body}).body  # type: ignore[return-value]
 
     def add_labels(self, repo: str, number: int, labels: list[str]) -> list[dict]:
-        return self.request("POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels}).body
+        return self.request("POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels}).body  # type: ignore[return-value]
 
     # --- transport -------------------------------------------------------------------------
     def _paginate(self, path: str, max_pages: int = 50) -> list[dict]:
-        items, url = [], path
+        items: list[dict] = []
+        url: str | None = path
         for _ in range(max_pages):
-            resp = self.request("GET", url)
-            items += resp.body or []
-            url = next_link(resp.headers)
             if not url:
                 break
+            resp = self.request("GET", url)
+            items += resp.body if isinstance(resp.body, list) else []
+            url = next_link(resp.headers)
         return items
 
     def request(self, method: str, path: str, payload: dict | None = None) -> Response:
