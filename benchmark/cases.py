@@ -16,23 +16,9 @@ from typing import Any
 
 from benchmark.releases import Releases, check_order
 from tools import scenario as scenario_io
+from tools.hypotheses.categories import CATEGORIES
 from tools.scenario import Scenario, ScenarioError
 
-CATEGORIES = (
-    "numerics",
-    "quantization",
-    "attention",
-    "positional-encoding",
-    "kv-cache",
-    "batching",
-    "sampling",
-    "parallelism",
-    "kernel",
-    "model-config",
-    "tokenizer",
-    "spec-decode",
-    "compilation",
-)
 BUNDLED_CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASE_KEYS = {
     "id": str,

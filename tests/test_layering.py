@@ -118,6 +118,24 @@ def test_only_the_config_and_the_process_boundary_read_the_environment(path):
         assert env_reads(path) == [], f"{rel(path)} reads the environment: take the value from agent.config"
 
 
+def test_one_definition_each_of_the_model_the_categories_and_the_jinja_environment():
+    """Guards: the default model name and the categories were defined twice each, and prompts were
+    rendered by two jinja environments built in agent/llm.py and tools/report.py."""
+    defined: dict[str, list[str]] = {"DEFAULT_MODEL": [], "CATEGORIES": [], "Environment()": []}
+    for path in [*sources(), ROOT / "prompts" / "__init__.py"]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for name in (t.id for t in targets if isinstance(t, ast.Name) and t.id in defined):
+                defined[name].append(rel(path))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Environment":
+                defined["Environment()"].append(rel(path))
+    assert defined == {
+        "DEFAULT_MODEL": ["agent/config.py"],
+        "CATEGORIES": ["tools/hypotheses/categories.py"],
+        "Environment()": ["prompts/__init__.py"],
+    }
+
+
 def test_the_checks_see_what_they_check():
     """The walkers find real imports and reads (a test that sees nothing would pass vacuously)."""
     assert "agent.nodes.Session" in imported_modules(ROOT / "agent" / "graph.py")

@@ -126,7 +126,10 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
 
 
 def test_samples_write_one_report_per_sample(three_cases, tmp_path, monkeypatch):
-    """Also: the budgets on the command line reach each diagnosis and args.json, the API key does not."""
+    """Also the diagnosis's config: budgets on the command line reach each diagnosis and args.json.
+
+    Guards: benchmark.run diagnosed with fixed default budgets whatever its command line said, and
+    the OpenAI key must never reach args.json."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-recorded")
     out = tmp_path / "sampled"
     assert (
