@@ -117,8 +117,13 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not isinstance(self.llm_retries, int) or self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
-            raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
+        if not isinstance(self.llm_retries, int) or self.llm_retries < 0:
+            raise UsageError(f"llm_retries must be an int >= 0, got {self.llm_retries!r}")
+        if self.trigger_runs > self.max_engine_runs:
+            raise UsageError(
+                f"trigger_runs ({self.trigger_runs}) must be <= max_engine_runs ({self.max_engine_runs}): "
+                "lower trigger_runs in the --config file"
+            )
 
     @classmethod
     def from_file(cls, path: Path | None, settings: Settings | None = None, **overrides) -> RunConfig:
