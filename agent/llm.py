@@ -14,7 +14,6 @@ answer, non-JSON or unknown tool call), `LLMBudgetSpent` (calls or tokens used u
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable
@@ -22,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from agent.config import DEFAULT_MODEL
+from prompts import render as render  # re-exported: the policies and triage render through agent.llm
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
-DEFAULT_MODEL = "gpt-4o-mini"
 MODES = ("tools", "json", "plain")  # tried in this order; an endpoint that refuses one drops to the next
 MAX_TOOL_OUTPUT = 6000  # characters of one tool result shown to the model
 MAX_RETRY_WAIT_S = 30.0
@@ -73,12 +71,6 @@ class LLM(Protocol):
         """The final answer as a JSON object, after any tool calls."""
 
 
-def render(template: str, **ctx) -> str:
-    """A prompts/*.j2 template; a missing variable fails loudly."""
-    env = Environment(loader=FileSystemLoader(PROMPTS), undefined=StrictUndefined, keep_trailing_newline=True)
-    return env.get_template(template).render(**ctx)
-
-
 def parse_json_object(text: str | None) -> dict | None:
     """The JSON object in a model's answer (code fences and chatter around it tolerated). Pure."""
     m = re.search(r"\{.*\}", text or "", re.S)
@@ -111,7 +103,8 @@ def retry_after(headers, attempt: int, base_s: float) -> float:
 
 @dataclass
 class OpenAIChat:
-    """`LLM` over the `openai` client (OPENAI_BASE_URL, OPENAI_API_KEY)."""
+    """`LLM` over the `openai` client; base_url and api_key come from the run's config (None: the
+    client's own defaults)."""
 
     model: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -131,9 +124,8 @@ class OpenAIChat:
 
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        key = self.api_key or os.environ.get("OPENAI_API_KEY") or "none"
-        self.client = OpenAI(base_url=base_url, api_key=key, timeout=self.timeout_s, max_retries=0)
+        key = self.api_key or "none"  # a local endpoint may take no key; the client refuses None
+        self.client = OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s, max_retries=0)
 
     def ask(self, system: str, user: str, tools: ToolBox | None = None) -> dict:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -147,7 +139,7 @@ class OpenAIChat:
             if answer is None:
                 raise LLMMalformed(f"answer is not a JSON object: {(message.content or '')[:200]!r}")
             if offer is not None and "tool" in answer and self.mode != "tools":
-                self._run_json_call(answer, message.content, messages, tools)
+                self._run_json_call(answer, message.content, messages, offer)
                 continue
             return answer
         raise LLMMalformed(f"no final answer after {self.max_tool_rounds} tool rounds")
@@ -179,6 +171,7 @@ class OpenAIChat:
     def _send(self, kwargs: dict):
         import openai
 
+        error: LLMError
         for attempt in range(self.retries + 1):
             self._check_budget()
             self.usage.calls += 1
@@ -317,6 +310,8 @@ class SourceTools:
     def _commit_diff(self, commit: str) -> str:
         from tools.history.gitrepo import GitError, commit_diff, commit_info
 
+        if self.repo is None:
+            return "error: no repository"
         if not SAFE_REF.fullmatch(str(commit)):
             return f"error: {commit!r} is not a commit reference"
         try:
@@ -328,4 +323,6 @@ class SourceTools:
     def _run_variant(self, name: str) -> str:
         if name not in self.variants:
             return f"error: unknown variant {name!r}; variants: {', '.join(self.variants)}"
+        if self.variant_runner is None:
+            return "error: no engine to run variants on"
         return self.variant_runner(name)

@@ -13,16 +13,17 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict, TypeVar
 
+from agent.config import RunConfig
 from agent.policies import Policy, variant_name
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 from tools.scenario import Scenario
 
 if TYPE_CHECKING:
     from agent.llm import LLM
-    from agent.run import RunConfig
 
+T = TypeVar("T")
 VARIANT_TOOL_RUNS = 8  # engine runs one `run_variant` tool call may spend
 MAX_VARIANT_TOOL_CALLS = 2
 
@@ -183,8 +184,15 @@ def triage(state: DiagnosisState, session: Session) -> dict:
     return {"scenario": scenario, "good_ref": good_ref, "notes": notes}
 
 
+def routed(value: T | None, what: str) -> T:
+    """A value the graph's routing guarantees here (agent.graph routes to a node only once it exists)."""
+    if value is None:
+        raise RuntimeError(f"no {what} at this node: the graph's routing is wrong")
+    return value
+
+
 def reproduce(state: DiagnosisState, session: Session) -> dict:
-    scenario = state["scenario"]
+    scenario = routed(state["scenario"], "scenario")
     names = session.stages.variant_names(scenario)
     order = session.policy.order_triggers(scenario, {"issue": state.get("issue_text", "")}, names)
     budget = min(session.config.trigger_runs, session.runs_left())
@@ -201,30 +209,33 @@ def reproduce(state: DiagnosisState, session: Session) -> dict:
 
 
 def localize(state: DiagnosisState, session: Session) -> dict:
-    probe = state["reproduction"].probe
+    probe = routed(state["reproduction"], "reproduction").probe
     first = probe.first.to_dict() if probe is not None and probe.first is not None else None
     notes = [] if first else [f"no tap crosses the threshold: {probe.summary if probe else 'no probe'}"]
     return {"first_divergence": first, "notes": notes}
 
 
 def drill_down(state: DiagnosisState, session: Session) -> dict:
-    return {"drill": session.stages.drill_down(state["reproduction"], session.prober, session.target_source)}
+    repro = routed(state["reproduction"], "reproduction")
+    return {"drill": session.stages.drill_down(repro, session.prober, session.target_source)}
 
 
 def bisect(state: DiagnosisState, session: Session) -> dict:
-    culprit = session.stages.find_culprit(session.repo, state.get("good_ref"), state["reproduction"], session.prober)
+    repo, repro = routed(session.repo, "repo"), routed(state["reproduction"], "reproduction")
+    culprit = session.stages.find_culprit(repo, state.get("good_ref"), repro, session.prober)
     return {"culprit": culprit, "notes": [] if culprit else ["bisection found no culprit commit"]}
 
 
 def read_source(state: DiagnosisState, session: Session) -> dict:
     from tools.source.index import open_index
 
-    return {"index": open_index(session.repo, include_tests=False)}
+    return {"index": open_index(routed(session.repo, "repo"), include_tests=False)}
 
 
 def hypothesize(state: DiagnosisState, session: Session) -> dict:
+    repo, repro = routed(session.repo, "repo"), routed(state["reproduction"], "reproduction")
     cands = session.stages.hypothesize(
-        session.repo, state["index"], state["reproduction"], state.get("drill"), state.get("culprit"), session.prober
+        repo, state["index"], repro, state.get("drill"), state.get("culprit"), session.prober
     )
     return {"hypotheses": cands}
 
@@ -232,9 +243,9 @@ def hypothesize(state: DiagnosisState, session: Session) -> dict:
 def verify(state: DiagnosisState, session: Session) -> dict:
     """Counterfactual checks, then the policy's ranking, which sees what was verified or refuted."""
     checked = session.stages.verify(
-        session.repo,
+        routed(session.repo, "repo"),
         state["hypotheses"],
-        state["reproduction"],
+        routed(state["reproduction"], "reproduction"),
         session.prober,
         state.get("culprit"),
         top=session.config.verify_top,

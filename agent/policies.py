@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.llm import LLM, LLMBudgetSpent, LLMError, ToolBox, render
 from tools.hypotheses.evidence import CATEGORIES, Hypothesis
@@ -97,7 +97,7 @@ def _annotated(h: Hypothesis, i: int, answer: dict) -> Hypothesis:
         key: (answer.get(key) or {}).get(str(i)) if isinstance(answer.get(key), dict) else None
         for key in ("explanations", "fixes")
     }
-    changes = {}
+    changes: dict[str, Any] = {}
     if isinstance(texts["explanations"], str) and texts["explanations"].strip():
         changes["explanation"] = texts["explanations"].strip()[:MAX_TEXT]
     if isinstance(texts["fixes"], str) and texts["fixes"].strip():
@@ -116,7 +116,7 @@ def _new_candidate(proposal, cands: list[Hypothesis], index) -> Hypothesis | Non
     s = symbols[0]
     if any(h.file == s.file and h.function == s.qualname for h in cands):
         return None
-    category = proposal.get("category") if proposal.get("category") in CATEGORIES else "numerics"
+    category = str(proposal["category"]) if proposal.get("category") in CATEGORIES else "numerics"
     why = str(proposal.get("explanation") or "")[:MAX_TEXT]
     return Hypothesis(
         file=s.file,
@@ -237,7 +237,7 @@ class LLMPolicy:
         fallback: Callable[[], object],
         tools: bool = True,
     ):
-        errors = []
+        errors: list[Exception] = []
         for _attempt in range(2):
             try:
                 answer = self.llm.ask(render("system.j2"), prompt, self.tools() if tools else None)

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import tomllib
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from agent.config import LLMS, RunConfig, Settings, UsageError
 from tools import progress
 from tools.errors import (
     AGREE,
@@ -33,60 +33,11 @@ from tools.errors import (
     ENVIRONMENT,
     EPILOG,
     SIDE_FINDING,
-    BadInput,
     EnvironmentFailure,
     run_cli,
     writable_dir,
 )
 from tools.scenario import Scenario, ScenarioError
-
-LLMS = ("none", "openai")
-
-
-class UsageError(BadInput):
-    """Bad input on the command line; the message says what and how to fix it."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    llm: str = "none"
-    model: str | None = None
-    max_llm_calls: int = 40
-    max_llm_tokens: int = 400_000  # LLM tokens, in + out
-    max_engine_runs: int = 200
-    max_wall_s: float = 7200.0
-    llm_timeout_s: float = 120.0
-    llm_retries: int = 2  # per request, on 429 / connection errors
-    trigger_runs: int = 24  # engine runs the trigger search may spend
-    verify_top: int = 6  # suspected changes checked by counterfactual (stops at the first that fixes it)
-    device: str = "cpu"
-    engine_timeout_s: float = 600.0
-
-    def __post_init__(self):
-        if self.llm not in LLMS:
-            raise UsageError(f"--llm {self.llm!r} is not one of {', '.join(LLMS)}")
-        for name in ("max_llm_calls", "max_llm_tokens", "max_engine_runs", "trigger_runs", "verify_top"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise UsageError(f"{name} must be a positive int, got {getattr(self, name)!r}")
-        for name in ("max_wall_s", "llm_timeout_s", "engine_timeout_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not isinstance(self.llm_retries, int) or self.llm_retries < 0 or self.trigger_runs > self.max_engine_runs:
-            raise UsageError("llm_retries must be >= 0 and trigger_runs <= max_engine_runs")
-
-    @classmethod
-    def from_file(cls, path: Path | None, **overrides) -> RunConfig:
-        data = {}
-        if path is not None:
-            try:
-                data = tomllib.loads(Path(path).read_text())
-            except (OSError, tomllib.TOMLDecodeError) as e:
-                raise UsageError(f"config {path}: {e}") from None
-        known = {f.name for f in fields(cls)}
-        if set(data) - known:
-            raise UsageError(f"config {path}: unknown keys {sorted(set(data) - known)}; known: {sorted(known)}")
-        return cls(**{**data, **{k: v for k, v in overrides.items() if v is not None}})
 
 
 @dataclass(frozen=True)
@@ -113,7 +64,9 @@ def make_session(inputs: Inputs, cfg: RunConfig, stages=None):
     session = Session(cfg, DeterministicPolicy(), prober, inputs.repo, inputs.target_source, stages or ToolStages())
     if cfg.llm == "openai":
         session.llm = OpenAIChat(
-            model=cfg.model or os.environ.get("DIFFDX_LLM_MODEL") or "gpt-4o-mini",
+            model=cfg.model,
+            base_url=cfg.endpoint.base_url,
+            api_key=cfg.endpoint.api_key,
             timeout_s=cfg.llm_timeout_s,
             retries=cfg.llm_retries,
             max_calls=cfg.max_llm_calls,
@@ -135,7 +88,13 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 
     session = make_session(inputs, cfg, stages)
     graph = build_graph(session)
-    state = {"issue": inputs.issue, "issue_text": inputs.issue_text, "repro": inputs.repro, "path": [], "notes": []}
+    state: dict[str, Any] = {
+        "issue": inputs.issue,
+        "issue_text": inputs.issue_text,
+        "repro": inputs.repro,
+        "path": [],
+        "notes": [],
+    }
     final = state
     for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
         if mode == "values":
@@ -153,9 +112,8 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 # --- entry points for benchmark.run and agent.triage -----------------------------------------------
 
 
-def diagnose_case(case_input, out_dir: Path, llm: str) -> dict:
-    """benchmark.run's agent: a CaseInput (issue, scenario, built repo) -> report dict."""
-    cfg = RunConfig(llm=llm, model=os.environ.get("DIFFDX_LLM_MODEL"))
+def diagnose_case(case_input, out_dir: Path, cfg: RunConfig) -> dict:
+    """benchmark.run's agent: a CaseInput (issue, scenario, built repo) and the run's config -> report dict."""
     inputs = Inputs(
         str(case_input.issue_number),
         case_input.issue,
@@ -166,17 +124,16 @@ def diagnose_case(case_input, out_dir: Path, llm: str) -> dict:
     return diagnose(inputs, cfg, Path(out_dir))
 
 
-def diagnose_for_triage(issue: dict, scenario: Scenario | None) -> dict | None:
+def diagnose_for_triage(issue: dict, scenario: Scenario | None, settings: Settings | None = None) -> dict | None:
     """agent.triage's Diagnoser: the installed engine (or $DIFFDX_TARGET_SOURCE) on the scenario
     triage read from the issue; None when there is no scenario."""
     if scenario is None:
         return None
-    source = os.environ.get("DIFFDX_TARGET_SOURCE")
-    source = Path(source) if source else None
+    settings = settings or Settings.from_env()
+    source = settings.target_source
     text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
-    cfg = RunConfig(
-        llm="openai" if os.environ.get("OPENAI_BASE_URL") and os.environ.get("DIFFDX_TRIAGE_LLM") else "none"
-    )
+    use_llm = settings.triage_llm and settings.endpoint.base_url
+    cfg = RunConfig(llm="openai" if use_llm else "none", model=settings.model(), endpoint=settings.endpoint)
     return diagnose(Inputs(str(issue.get("number", "issue")), text, scenario, source, source), cfg)
 
 
@@ -284,12 +241,13 @@ def case_inputs(args, stack: ExitStack) -> Inputs:
     return Inputs(str(ci.issue_number), ci.issue, repro, ci.repo, ci.repo)
 
 
-def github_inputs(args) -> Inputs:
-    from tools.triage.github import GitHub, GitHubError
+def github_inputs(args, settings: Settings) -> Inputs:
+    from tools.triage.github import DEFAULT_API, GitHub, GitHubError
 
     source = source_dir(args.target_source, "--repo")
+    gh = GitHub(base_url=settings.github_api_url or DEFAULT_API, token=settings.github_token)
     try:
-        issue = GitHub.from_env().get_issue(args.repo, args.issue)
+        issue = gh.get_issue(args.repo, args.issue)
     except EnvironmentFailure:  # the host could not be reached: say so, not "empty"
         raise
     except GitHubError as e:
@@ -307,11 +265,11 @@ def file_inputs(args) -> Inputs:
     )
 
 
-def gather_inputs(args, stack: ExitStack) -> Inputs:
+def gather_inputs(args, stack: ExitStack, settings: Settings) -> Inputs:
     if args.issue_file is not None:
         return file_inputs(args)
     if args.repo:
-        return github_inputs(args)
+        return github_inputs(args, settings)
     return case_inputs(args, stack)
 
 
@@ -358,13 +316,14 @@ def _main(argv: list[str] | None) -> int:
 
     end_cleanly(args.keep_temp)
     console = Console(stderr=True)
-    cfg = RunConfig.from_file(args.config, llm=args.llm, model=args.model)
-    if cfg.llm == "openai" and not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+    settings = Settings.from_env()
+    cfg = RunConfig.from_file(args.config, settings, llm=args.llm, model=args.model)
+    if cfg.llm == "openai" and not cfg.endpoint.configured:
         raise UsageError("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
     if args.out is not None:
         writable_dir(args.out)  # a bad --out fails before the case is built
     with ExitStack() as stack:
-        inputs = gather_inputs(args, stack)
+        inputs = gather_inputs(args, stack, settings)
         checked_scenario(inputs, cfg.llm)
         out = writable_dir(args.out or Path("out") / inputs.issue)
         write_args(out, args, cfg)
@@ -377,7 +336,7 @@ def write_args(out: Path, args, cfg: RunConfig) -> None:
     """The run's record (STYLE §12): flags and config next to the report."""
     out.mkdir(parents=True, exist_ok=True)
     flags = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    (out / "args.json").write_text(json.dumps({"args": flags, "config": asdict(cfg)}, indent=2) + "\n")
+    (out / "args.json").write_text(json.dumps({"args": flags, "config": cfg.record()}, indent=2) + "\n")
 
 
 def finish(report: dict, out: Path, as_json: bool, console) -> int:

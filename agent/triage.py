@@ -1,7 +1,7 @@
 """Triage GitHub issues: classify, read a scenario, diagnose silent errors, comment and label.
 
     python -m agent.triage classify FILE.jsonl [--llm openai]
-    python -m agent.triage --repo owner/name [--since DATE | --issues 12,34] [--post] [--label]
+    python -m agent.triage [repo] --repo owner/name [--since DATE | --issues 12,34] [--post] [--label]
                            [--api-url URL] [--db PATH] [--llm openai]
     python -m agent.triage serve --port P --secret S [--post] [--label] [--api-url URL] [--db PATH]
 
@@ -24,18 +24,18 @@ import argparse
 import errno
 import importlib
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
+from agent.config import DEFAULT_MODEL, Settings
 from agent.triage_llm import combine_votes, merge_extraction, render
 from agent.triage_state import DEFAULT_DB, TriageState, issue_revision
 from tools.errors import ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_cli
 from tools.scenario import Scenario
 from tools.triage.extract import extract_scenario, to_scenario
-from tools.triage.github import GitHub, GitHubError
+from tools.triage.github import DEFAULT_API, GitHub, GitHubError
 from tools.triage.model import classify as classify_issue
 
 MAX_BODY_CHARS = 20_000  # longer bodies are cut (and the comment says so)
@@ -74,11 +74,19 @@ class AgentDiagnoser:
         return fn(issue, scenario)
 
 
+class TriageLLM(Protocol):
+    """agent.triage_llm.OpenAITriageLLM, or a test's scripted one."""
+
+    def classify(self, title: str, body: str) -> tuple[str, float] | None: ...
+
+    def extract(self, title: str, body: str) -> dict | None: ...
+
+
 @dataclass
 class Reader:
     """Classification and scenario extraction: rules, helped by an LLM when one is given."""
 
-    llm: object | None = None
+    llm: TriageLLM | None = None
 
     def classify(self, title: str, body: str) -> dict:
         c = classify_issue(title, body)  # the rules combined with the n-gram model
@@ -265,6 +273,8 @@ def apply_plan(plan: Plan, ctx: Context) -> list[str]:
 
 
 def _comment(plan: Plan, ctx: Context) -> str | None:
+    if plan.comment is None:
+        return None
     if not ctx.post:
         print(f"--- would comment on {ctx.repo}#{plan.number}:\n{plan.comment}---", file=ctx.out)
         return None
@@ -301,7 +311,7 @@ def classify_line(line: str, reader: Reader) -> dict:
     """One input line -> the contract's output object (malformed -> `other`, confidence 0)."""
     try:
         item = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
     if not isinstance(item, dict):
         raise ValueError(f"expected a JSON object, got {type(item).__name__}")
@@ -370,21 +380,23 @@ def since_timestamp(since: str | None) -> str | None:
     return since + "T00:00:00Z" if len(since) == 10 else since
 
 
-def make_reader(llm: str, model: str | None = None) -> Reader:
+def make_reader(llm: str, model: str | None, settings: Settings) -> Reader:
     if llm == "none":
         return Reader()
     from agent.triage_llm import OpenAITriageLLM
 
-    return Reader(OpenAITriageLLM(model))
+    if not settings.endpoint.base_url:
+        raise BadInput("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
+    return Reader(OpenAITriageLLM(settings.model(model), settings.endpoint))
 
 
-def make_context(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:
+def make_context(args, settings: Settings, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:
     return Context(
         repo=getattr(args, "repo", None) or "",
-        reader=make_reader(args.llm, args.llm_model),
+        reader=make_reader(args.llm, args.llm_model, settings),
         diagnoser=diagnoser or AgentDiagnoser(),
         state=TriageState(args.db),
-        gh=GitHub.from_env(args.api_url),
+        gh=GitHub(base_url=args.api_url or settings.github_api_url or DEFAULT_API, token=settings.github_token),
         post=args.post,
         label=args.label,
         out=out or sys.stdout,
@@ -405,12 +417,12 @@ def issue_numbers(text: str | None) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> int:
+def run_repo(args, settings: Settings, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> int:
     numbers = issue_numbers(args.issues)
     since_timestamp(args.since)
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
         raise BadInput(f"--repo {args.repo!r} is not owner/name")
-    ctx = make_context(args, diagnoser, out)
+    ctx = make_context(args, settings, diagnoser, out)
     failed = 0
     for issue in fetch_issues(ctx.gh, args.repo, args.since, numbers):
         try:
@@ -424,15 +436,15 @@ def run_repo(args, diagnoser: Diagnoser | None = None, out: TextIO | None = None
     return ENVIRONMENT if failed else 0
 
 
-def run_serve(args, diagnoser: Diagnoser | None = None) -> int:
+def run_serve(args, settings: Settings, diagnoser: Diagnoser | None = None) -> int:
     from agent.triage_webhook import WebhookServer
 
-    secret = args.secret or os.environ.get("DIFFDX_WEBHOOK_SECRET")
+    secret = args.secret or settings.webhook_secret
     if not secret:
         raise BadInput("triage serve: a webhook secret is required (--secret or DIFFDX_WEBHOOK_SECRET)")
     if not 0 <= args.port <= 65535:
         raise BadInput(f"--port {args.port} is not a TCP port (0-65535)")
-    ctx = make_context(args, diagnoser)
+    ctx = make_context(args, settings, diagnoser)
 
     def handle(repo: str, issue: dict) -> None:
         triage_issue(issue, Context(**{**ctx.__dict__, "repo": repo}))
@@ -461,7 +473,7 @@ def _common(ap: argparse.ArgumentParser) -> None:
         default="none",
         help="LLM help for classification/extraction (openai needs OPENAI_BASE_URL)",
     )
-    ap.add_argument("--llm-model", default=None, help="model name (default $DIFFDX_LLM_MODEL or gpt-4o-mini)")
+    ap.add_argument("--llm-model", default=None, help=f"model name (default $DIFFDX_LLM_MODEL or {DEFAULT_MODEL})")
 
 
 def _github_flags(ap: argparse.ArgumentParser) -> None:
@@ -471,26 +483,37 @@ def _github_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--db", default=str(DEFAULT_DB), help="SQLite state file")
 
 
+COMMANDS = {
+    "classify": "label each issue of a JSONL file (the docs/design.md §8 contract)",
+    "repo": "triage a repository's issues (the default: `python -m agent.triage --repo owner/name ...`)",
+    "serve": "triage issues as GitHub's webhook delivers them",
+}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    if argv and argv[0] == "classify":
-        ap = argparse.ArgumentParser(prog="python -m agent.triage classify", epilog=EPILOG)
-        ap.add_argument("file", help="JSONL, one {title, body} per line ('-' for stdin)")
-        _common(ap)
-        return ap.parse_args(argv[1:], argparse.Namespace(command="classify"))
-    if argv and argv[0] == "serve":
-        ap = argparse.ArgumentParser(prog="python -m agent.triage serve", epilog=EPILOG)
-        ap.add_argument("--port", type=int, required=True)
-        ap.add_argument("--host", default="127.0.0.1")
-        ap.add_argument("--secret", default=None, help="webhook secret (or $DIFFDX_WEBHOOK_SECRET)")
-        _common(ap), _github_flags(ap)
-        return ap.parse_args(argv[1:], argparse.Namespace(command="serve"))
     ap = argparse.ArgumentParser(prog="python -m agent.triage", description=__doc__.split("\n\n")[0], epilog=EPILOG)
-    ap.add_argument("--repo", required=True, help="owner/name")
-    which = ap.add_mutually_exclusive_group()
+    sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", required=True)
+    parsers = {
+        name: sub.add_parser(name, help=text, description=text, epilog=EPILOG) for name, text in COMMANDS.items()
+    }
+    parsers["classify"].add_argument("file", help="JSONL, one {title, body} per line ('-' for stdin)")
+    repo = parsers["repo"]
+    repo.add_argument("--repo", required=True, help="owner/name")
+    which = repo.add_mutually_exclusive_group()
     which.add_argument("--since", help="only issues updated since DATE (YYYY-MM-DD or ISO 8601)")
     which.add_argument("--issues", help="comma-separated issue numbers")
-    _common(ap), _github_flags(ap)
-    return ap.parse_args(argv, argparse.Namespace(command="repo"))
+    serve = parsers["serve"]
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--secret", default=None, help="webhook secret (or $DIFFDX_WEBHOOK_SECRET)")
+    for name, p in parsers.items():
+        _common(p)
+        if name != "classify":
+            _github_flags(p)
+    # `python -m agent.triage --repo owner/name ...` (no command) is the `repo` command, as it always was.
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["repo", *argv]
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None, diagnoser: Diagnoser | None = None) -> int:
@@ -499,11 +522,12 @@ def main(argv: list[str] | None = None, diagnoser: Diagnoser | None = None) -> i
 
 def _main(argv: list[str] | None, diagnoser: Diagnoser | None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = Settings.from_env()
     if args.command == "classify":
-        return run_classify(args.file, make_reader(args.llm, args.llm_model))
+        return run_classify(args.file, make_reader(args.llm, args.llm_model, settings))
     if args.command == "serve":
-        return run_serve(args, diagnoser)
-    return run_repo(args, diagnoser)
+        return run_serve(args, settings, diagnoser)
+    return run_repo(args, settings, diagnoser)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,23 @@
 """Optional LLM help for triage (docs/design.md §7): classify an issue, read a scenario out of it.
 
-Any OpenAI-compatible endpoint via the `openai` client (`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
+Any OpenAI-compatible endpoint via the `openai` client (agent.config.Endpoint: `OPENAI_BASE_URL`,
+`OPENAI_API_KEY`).
 Every answer is checked; an unusable one returns None and the caller keeps the rules' result.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
+from agent.config import DEFAULT_MODEL, Endpoint
 from agent.llm import parse_json_object, render
 from tools.triage.rules import LABELS
 
-DEFAULT_MODEL = "gpt-4o-mini"
 SCENARIO_KEYS = ("model", "target", "workload", "good_ref", "meta")
 
 
-def parse_label(text: str) -> tuple[str, float] | None:
+def parse_label(text: str | None) -> tuple[str, float] | None:
     obj = parse_json_object(text)
     if not obj or obj.get("label") not in LABELS:
         return None
@@ -77,13 +77,12 @@ def merge_extraction(rules: dict, llm: dict | None) -> dict:
 
 
 class OpenAITriageLLM:
-    def __init__(self, model: str | None = None):
+    def __init__(self, model: str = DEFAULT_MODEL, endpoint: Endpoint | None = None):
         from openai import OpenAI  # only when an LLM is asked for
 
-        if not os.environ.get("OPENAI_BASE_URL"):
-            raise RuntimeError("--llm openai needs OPENAI_BASE_URL")
-        self.client = OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "none", max_retries=2)
-        self.model = model or os.environ.get("DIFFDX_LLM_MODEL") or DEFAULT_MODEL
+        endpoint = endpoint or Endpoint()
+        self.client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", max_retries=2)
+        self.model = model
 
     def ask(self, template: str, **ctx) -> str | None:
         try:

@@ -26,7 +26,7 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
-    return bool(header) and hmac.compare_digest(sign(secret, body), header)
+    return header is not None and hmac.compare_digest(sign(secret, body), header)
 
 
 def accepted_issue(event: str | None, payload: dict) -> tuple[str, dict] | None:

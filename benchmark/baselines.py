@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from agent.config import RunConfig
 from benchmark.cases import CaseInput
 from tools.history.culprit import find_culprit
 from tools.hypotheses.evidence import Reproduction
@@ -110,8 +111,13 @@ def _hyp(rank: int, sym, why: str, commit: str | None = None) -> dict:
     }
 
 
-def output_only(case: CaseInput, out_dir: Path, llm: str = "none") -> dict:
-    start, prober = time.monotonic(), Prober()
+def make_prober(config: RunConfig | None) -> Prober:
+    config = config or RunConfig()
+    return Prober(timeout=config.engine_timeout_s, device=config.device)
+
+
+def output_only(case: CaseInput, out_dir: Path, config: RunConfig | None = None) -> dict:
+    start, prober = time.monotonic(), make_prober(config)
     result = prober.probe(case.scenario, case.repo, taps=OUTPUT_TAPS)
     index = open_index(case.repo, include_tests=False)
     hyps = [
@@ -122,13 +128,13 @@ def output_only(case: CaseInput, out_dir: Path, llm: str = "none") -> dict:
     return _report(case, result.diverged, first, hyps, prober, start)
 
 
-def bisect_only(case: CaseInput, out_dir: Path, llm: str = "none") -> dict:
-    start, prober = time.monotonic(), Prober()
+def bisect_only(case: CaseInput, out_dir: Path, config: RunConfig | None = None) -> dict:
+    start, prober = time.monotonic(), make_prober(config)
     result = prober.probe(case.scenario, case.repo, taps=OUTPUT_TAPS)
     repro = Reproduction(result.diverged, case.scenario, result)
     culprit = find_culprit(case.repo, case.scenario.good_ref, repro, prober) if result.diverged else None
     if culprit is None:
-        report = output_only(case, out_dir, llm)
+        report = output_only(case, out_dir, config)
         report["cost"]["engine_runs"] += prober.engine_runs
         return report
     index = open_index(case.repo, include_tests=False)

@@ -16,23 +16,9 @@ from typing import Any
 
 from benchmark.releases import Releases, check_order
 from tools import scenario as scenario_io
+from tools.hypotheses.categories import CATEGORIES
 from tools.scenario import Scenario, ScenarioError
 
-CATEGORIES = (
-    "numerics",
-    "quantization",
-    "attention",
-    "positional-encoding",
-    "kv-cache",
-    "batching",
-    "sampling",
-    "parallelism",
-    "kernel",
-    "model-config",
-    "tokenizer",
-    "spec-decode",
-    "compilation",
-)
 TRACKS = ("easy", "hard", "at-base", "real")  # case shapes scored on their own rows (docs/design.md §6b)
 DEFAULT_TRACK = "easy"  # a case.toml without `track`: the plain synthetic shape
 BUNDLED_CASES_DIR = Path(__file__).resolve().parent / "cases"

@@ -1,12 +1,14 @@
 """Run a diagnosing agent on benchmark cases and score it (docs/design.md §5, §6).
 
     python -m benchmark.run [--cases-dir DIR] [CASE ...] [--agent full|output-only|bisect-only|module:function]
-                            [--llm none|openai] [--workers N] [--ray] [--samples N] --out DIR
+                            [--llm none|openai] [--model NAME] [--config run.toml] [--max-engine-runs N]
+                            [--max-wall-s S] [--verify-top N] [--workers N] [--ray] [--samples N] --out DIR
 
-Per case (and sample) a worker builds the case repo in a temp dir and calls the agent
-with only the CaseInput; the agent never sees the case folder or its truth. Output:
+Per case (and sample) a worker builds the case repo in a temp dir and calls the agent with only
+the CaseInput and the diagnosis's config (agent.config.RunConfig: `--config` file, then the
+flags); the agent never sees the case folder or its truth. Output:
 
-    DIR/args.json                 the run's config (docs/style.md §12)
+    DIR/args.json                 the run's config, the diagnosis's included (docs/style.md §12)
     DIR/<case-id>/report.json     the agent's report (+ report.md if it writes one); with
                                   --samples N > 1 also DIR/<case-id>/samples/<i>/report.json
     DIR/results.json              per-case scores and aggregates (benchmark.score)
@@ -32,10 +34,11 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agent import config as agent_config
 from benchmark.build import build_case_repo, read_commit_map
 from benchmark.cases import Case, CaseError, case_input, load_case, load_cases, load_truth
 from benchmark.score import CaseScore, score_case, summarize
@@ -47,9 +50,9 @@ AGENTS = {
     "output-only": "benchmark.baselines:output_only",
     "bisect-only": "benchmark.baselines:bisect_only",
 }
-LLMS = ("none", "openai")
-PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS", "OPENAI_BASE_URL", "OPENAI_API_KEY")
-Agent = Callable[..., dict]  # (case_input: CaseInput, out_dir: Path, llm: str) -> report dict (DESIGN §5)
+LLMS = agent_config.LLMS
+PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS")  # the endpoint travels in the config
+Agent = Callable[..., dict]  # (case_input: CaseInput, out_dir: Path, config: agent.config.RunConfig) -> report dict
 
 
 class AgentLookupError(LookupError):
@@ -70,10 +73,15 @@ class RunConfig:
     workers: int = 1
     ray: bool = False
     samples: int = 1
+    diagnosis: agent_config.RunConfig | None = None  # each diagnosis's config; None: the defaults with `llm`
 
     def __post_init__(self):
         if self.llm not in LLMS:
             raise ValueError(f"--llm {self.llm!r} is not one of {', '.join(LLMS)}")
+        if self.diagnosis is None:
+            object.__setattr__(self, "diagnosis", agent_config.RunConfig(llm=self.llm))
+        elif self.diagnosis.llm != self.llm:
+            raise ValueError(f"the diagnosis config's llm {self.diagnosis.llm!r} is not --llm {self.llm!r}")
         if self.workers < 1 or self.samples < 1:
             raise ValueError(f"--workers and --samples must be >= 1, got {self.workers} and {self.samples}")
         if self.agent not in AGENTS and ":" not in self.agent:
@@ -87,7 +95,7 @@ class Job:
     case_dir: str
     sample: int
     agent: str
-    llm: str
+    config: agent_config.RunConfig
     out_dir: str
     env: dict[str, str] = field(default_factory=dict)
 
@@ -131,7 +139,7 @@ def diagnose_one(job: Job) -> dict:
 
 
 def _call_agent(job: Job, case: Case, repo: Path, out_dir: Path) -> dict:
-    report = resolve_agent(job.agent)(case_input(case, repo), out_dir, job.llm)
+    report = resolve_agent(job.agent)(case_input(case, repo), out_dir, job.config)
     if not isinstance(report, dict):
         raise TypeError(f"agent {job.agent!r} returned {type(report).__name__}, not a report dict")
     return report
@@ -149,12 +157,12 @@ def error_report(issue_number: int, error: str, trace: str = "") -> dict:
 
 
 def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
-    env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    env = agent_config.inherited(PASSTHROUGH_ENV)
     jobs = []
     for case in cases:
         for i in range(cfg.samples):
             out = cfg.out / case.id if cfg.samples == 1 else cfg.out / case.id / "samples" / str(i)
-            jobs.append(Job(str(case.dir), i, cfg.agent, cfg.llm, str(out.resolve()), env))
+            jobs.append(Job(str(case.dir), i, cfg.agent, cfg.diagnosis, str(out.resolve()), env))
     return jobs
 
 
@@ -174,9 +182,10 @@ def execute_ray(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) 
     """Jobs as Ray tasks (one CPU each); connects to $RAY_ADDRESS if set, else starts a local Ray."""
     ray = import_ray()
     # Ray workers do not share the driver's sys.path: hand them diffdx's root (and the cwd) explicitly.
-    paths = [str(Path(__file__).resolve().parents[1]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+    here = agent_config.inherited(("PYTHONPATH", "RAY_ADDRESS"))
+    paths = [str(Path(__file__).resolve().parents[1]), os.getcwd(), here.get("PYTHONPATH", "")]
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, paths))}}
-    if "RAY_ADDRESS" in os.environ:
+    if "RAY_ADDRESS" in here:
         ray.init(ignore_reinit_error=True, runtime_env=runtime_env)
     else:
         ray.init(ignore_reinit_error=True, num_cpus=workers, runtime_env=runtime_env)
@@ -259,8 +268,15 @@ def _progress(total: int, line=None) -> Callable[[dict], None]:
     return report
 
 
+def config_record(cfg: RunConfig) -> dict:
+    """The config as JSON data, the diagnosis's without secrets."""
+    record = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in record.items()}
+    return {**record, "diagnosis": cfg.diagnosis.record() if cfg.diagnosis else None}
+
+
 def run_record(cfg: RunConfig, cases: list[Case]) -> dict:
-    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    record = config_record(cfg)
     record.update(
         case_ids=[c.id for c in cases],
         started=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -280,7 +296,7 @@ def _diffdx_commit() -> str | None:
 def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
     summary = summarize(scores)
     return {
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "config": config_record(cfg),
         "overall": summary["overall"].to_dict(),
         "by_category": {k: a.to_dict() for k, a in summary["by_category"].items()},
         "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
@@ -376,6 +392,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--list", action="store_true", help="list the cases (id, issue, category, title) and exit")
     ap.add_argument("--agent", default="full", help=f"{' | '.join(AGENTS)} | module:function")
     ap.add_argument("--llm", default="none", choices=LLMS)
+    ap.add_argument("--model", help=f"LLM model name (default $DIFFDX_LLM_MODEL or {agent_config.DEFAULT_MODEL})")
+    ap.add_argument("--config", type=Path, help="TOML file of the diagnosis's RunConfig fields (budgets, timeouts)")
+    ap.add_argument("--max-engine-runs", type=int, help="engine runs each diagnosis may spend (budget)")
+    ap.add_argument("--max-wall-s", type=float, help="seconds each diagnosis may take (budget)")
+    ap.add_argument("--verify-top", type=int, help="suspects each diagnosis checks by counterfactual")
     ap.add_argument("--workers", type=int, default=1, help="parallel diagnoses (local processes or Ray tasks)")
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
@@ -386,6 +407,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.list and args.out is None:
         ap.error("--out DIR is required (or --list)")
     return args
+
+
+def diagnosis_config(args: argparse.Namespace) -> agent_config.RunConfig:
+    """Each diagnosis's config: the --config file, then the flags given, the endpoint from the environment."""
+    budgets = {"max_engine_runs": args.max_engine_runs, "max_wall_s": args.max_wall_s, "verify_top": args.verify_top}
+    settings = agent_config.Settings.from_env()
+    cfg = agent_config.RunConfig.from_file(args.config, settings, llm=args.llm, model=args.model, **budgets)
+    if cfg.llm == "openai" and not cfg.endpoint.configured:
+        raise BadInput("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,6 +441,7 @@ def _main(argv: list[str] | None) -> int:
             workers=args.workers,
             ray=args.ray,
             samples=args.samples,
+            diagnosis=diagnosis_config(args),
         )
         with status.live(quiet=args.quiet):
             results = run_benchmark(cfg)

@@ -18,12 +18,11 @@ import json
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
+from prompts import render_document
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 MAX_HYPOTHESES = 5
 REPORT_KEYS = ("issue", "reproduced", "first_divergence", "kernel", "commit", "hypotheses", "cost")
 HYPOTHESIS_KEYS = (
@@ -124,7 +123,7 @@ def build_report(
 def what_ran(runs: list[dict], engine_runs: int, target_source: Path | None) -> dict:
     """Prober.runs (one dict per engine run that answered) -> per role: engines, dtypes, runs, the
     package files imported; plus the target's source tree and its commit. Pure but for `source_tree`."""
-    out = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
+    out: dict[str, Any] = {"engine_runs": engine_runs, "answered": len(runs), "failed": max(0, engine_runs - len(runs))}
     for role in ("target", "reference"):
         mine = [r for r in runs if r["role"] == role]
         out[role] = {
@@ -192,13 +191,6 @@ def check_report(report: dict) -> list[str]:
 
 
 def render_markdown(report: dict) -> str:
-    env = Environment(
-        loader=FileSystemLoader(PROMPTS),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
     view = {
         "trigger": None,
         "precision": None,
@@ -214,7 +206,7 @@ def render_markdown(report: dict) -> str:
         **report,
     }
     view["ran_trials"] = [t for t in view["trials"] if not t["summary"].startswith("engine run failed")]
-    return env.get_template("report.md.j2").render(r=view)
+    return render_document("report.md.j2", r=view)
 
 
 def divergence_series(stats, requests: list[int] | None = None) -> dict[int, list[tuple[str, float]]]:

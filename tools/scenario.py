@@ -172,7 +172,7 @@ class Scenario:
             "dtype": self.reference.dtype,
             "options": dict(self.reference.options),
         }
-        data = {
+        data: dict[str, object] = {
             "model": dict(self.model),
             "target": asdict(self.target),
             "reference": reference,

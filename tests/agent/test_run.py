@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.config import DEFAULT_MODEL, Settings
 from agent.run import RunConfig, UsageError, finish, main, summary_of
 from tests.agent.helpers import REPRO
 from tests.agent.scripted_llm import ScriptedLLM, answer, garbage, slow, task_of, tool_call
@@ -111,7 +112,12 @@ def test_run_config_is_checked():
 def test_config_file_and_flags(tmp_path):
     (tmp_path / "run.toml").write_text("max_engine_runs = 50\nllm_timeout_s = 2.5\n")
     cfg = RunConfig.from_file(tmp_path / "run.toml", llm="openai", model=None)
-    assert (cfg.max_engine_runs, cfg.llm_timeout_s, cfg.llm, cfg.model) == (50, 2.5, "openai", None)
+    assert (cfg.max_engine_runs, cfg.llm_timeout_s, cfg.llm, cfg.model) == (50, 2.5, "openai", DEFAULT_MODEL)
+    env = Settings.from_env({"DIFFDX_LLM_MODEL": "m-env", "OPENAI_BASE_URL": "http://h/v1", "OPENAI_API_KEY": "sk-x"})
+    cfg = RunConfig.from_file(None, env, llm="openai", model=None)
+    assert (cfg.model, cfg.endpoint.base_url) == ("m-env", "http://h/v1")
+    assert RunConfig.from_file(None, env, model="m-flag").model == "m-flag"
+    assert "sk-x" not in repr(cfg) and "sk-x" not in json.dumps(cfg.record())
 
 
 def test_exit_codes_follow_the_report(tmp_path):
@@ -250,12 +256,12 @@ def test_github_issue_is_read_as_untrusted_text(tmp_path, monkeypatch):
     with FakeGitHub([issue]) as gh:
         monkeypatch.setenv("GITHUB_API_URL", gh.url)
         args = parse_args(["--issue", "42", "--repo", "acme/engine", "--target-source", str(tmp_path)])
-        inputs = github_inputs(args)
+        inputs = github_inputs(args, Settings.from_env())
         assert (inputs.issue, inputs.repro, inputs.repo) == ("42", None, tmp_path.resolve())
         assert inputs.issue_text.startswith("Batch changes greedy output\n\nignore previous")
         args = parse_args(["--issue", "7", "--repo", "acme/engine", "--target-source", str(tmp_path)])
         with pytest.raises(UsageError, match="cannot read acme/engine#7"):
-            github_inputs(args)
+            github_inputs(args, Settings.from_env())
 
 
 def test_triage_without_a_scenario_gets_no_diagnosis():

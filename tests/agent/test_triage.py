@@ -150,3 +150,16 @@ def test_token_is_never_printed(fake, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr()
     assert "ghp_TOPSECRET" not in out.out + out.err
     assert all(h.get("Authorization") == "Bearer ghp_TOPSECRET" for _, _, h in fake.requests)
+
+
+def test_help_lists_the_commands_and_the_old_form_still_parses(capsys):
+    from agent.triage import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    usage = capsys.readouterr().out
+    assert "{classify,repo,serve}" in usage and "exit status: 0" in usage
+    assert parse_args(["--repo", "a/b", "--issues", "1"]).command == "repo"  # no command: `repo`, as before
+    assert parse_args(["repo", "--repo", "a/b", "--since", "2024-01-01"]).since == "2024-01-01"
+    args = parse_args(["classify", "issues.jsonl", "--llm-model", "m"])
+    assert (args.command, args.file, args.llm_model) == ("classify", "issues.jsonl", "m")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.config import RunConfig
 from benchmark.cases import CaseInput
 from benchmark.run import AgentLookupError, main, resolve_agent
 from tests.benchmark.conftest import BUG_TRUTH
@@ -44,7 +45,7 @@ def _functions_at(source: str, lines: set[int]) -> list[str]:
     return found
 
 
-def newest_change_agent(case: CaseInput, out_dir: Path, llm: str) -> dict:
+def newest_change_agent(case: CaseInput, out_dir: Path, config: RunConfig) -> dict:
     """Blame the history: functions changed by the newest commit first, then older ones."""
     hypotheses = []
     for sha in _git(case.repo, "log", "--format=%H", "base..HEAD").split():
@@ -68,6 +69,7 @@ def newest_change_agent(case: CaseInput, out_dir: Path, llm: str) -> dict:
         "hypotheses": hypotheses[:5],
         "commit": {"sha": newest, "subject": _git(case.repo, "log", "-1", "--format=%s", newest).strip()},
         "cost": {"engine_runs": 2, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0},
+        "budget_seen": config.max_engine_runs,  # the config benchmark.run passed down
     }
 
 
@@ -125,7 +127,12 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     assert args["workers"] == 2 and args["case_ids"] == ["bug-newest", "bug-not-newest", "docs-only"]
 
 
-def test_samples_write_one_report_per_sample(three_cases, tmp_path):
+def test_samples_write_one_report_per_sample(three_cases, tmp_path, monkeypatch):
+    """Also the diagnosis's config: budgets on the command line reach each diagnosis and args.json.
+
+    Guards: benchmark.run diagnosed with fixed default budgets whatever its command line said, and
+    the OpenAI key must never reach args.json."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-recorded")
     out = tmp_path / "sampled"
     assert (
         main(
@@ -139,6 +146,10 @@ def test_samples_write_one_report_per_sample(three_cases, tmp_path):
                 "2",
                 "--agent",
                 "tests.benchmark.test_run:newest_change_agent",
+                "--max-engine-runs",
+                "30",
+                "--verify-top",
+                "2",
                 "--out",
                 str(out),
             ]
@@ -146,6 +157,11 @@ def test_samples_write_one_report_per_sample(three_cases, tmp_path):
         == 0
     )
     assert sorted(p.parent.name for p in (out / "bug-newest" / "samples").glob("*/report.json")) == ["0", "1"]
+    assert json.loads((out / "bug-newest" / "samples" / "1" / "report.json").read_text())["budget_seen"] == 30
+    args = (out / "args.json").read_text()
+    diagnosis = json.loads(args)["diagnosis"]
+    assert (diagnosis["max_engine_runs"], diagnosis["verify_top"], diagnosis["llm"]) == (30, 2, "none")
+    assert "sk-never-recorded" not in args
     results = json.loads((out / "results.json").read_text())
     assert results["cases"][0]["samples"] == 2 and results["cases"][0]["runs_pass_at"] == {"1": 1.0}
     assert (out / "bug-newest" / "report.json").is_file()

@@ -7,24 +7,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from tools.hypotheses.categories import CATEGORIES as CATEGORIES  # re-exported
 from tools.probe.prober import ProbeResult
 from tools.scenario import Scenario
-
-CATEGORIES = (
-    "numerics",
-    "quantization",
-    "attention",
-    "positional-encoding",
-    "kv-cache",
-    "batching",
-    "sampling",
-    "parallelism",
-    "kernel",
-    "model-config",
-    "tokenizer",
-    "spec-decode",
-    "compilation",
-)
 
 
 @dataclass

@@ -198,7 +198,9 @@ def _stream_taps(tap: str) -> set[str]:
 
 
 def _describe(tap: str, step: int, stats: list[TapStat], threshold: float) -> Divergence:
-    requests, positions, steps, ratio, nonfinite = [], set(), set(), 0.0, False
+    positions: set[int] = set()
+    steps: set[int] = set()
+    requests, ratio, nonfinite = [], 0.0, False
     for s in stats:
         if s.tap != tap:
             continue

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import tree_sitter as ts
 
@@ -132,7 +132,7 @@ def parse_file(path: str, data: bytes, language: str) -> tuple[list[Symbol], dic
         if "call" in caps:
             calls.extend(caps["call"])
         elif "name" in caps:
-            kind_node = caps.get("function", caps.get("class"))[0]
+            kind_node = (caps["function"] if "function" in caps else caps["class"])[0]
             defs.append((kind_node, caps["name"][0], "class" if "class" in caps else "function"))
     return _sweep(path, data, language, defs, calls)
 
@@ -141,11 +141,14 @@ def _sweep(path, data, language, defs, calls) -> tuple[list[Symbol], dict[str, l
     """Nest definitions by span (a stack over start order) and hand each call to its innermost."""
     # Containment starts at the def node itself, so a decorator's call belongs to the enclosing
     # scope (it runs there, at definition time); the symbol's lines still include decorators.
-    events = [(n.start_byte, 0, -n.end_byte, (n, name, kind)) for n, name, kind in defs]
+    events: list[tuple[int, int, int, Any]] = [
+        (n.start_byte, 0, -n.end_byte, (n, name, kind)) for n, name, kind in defs
+    ]
     events += [(c.start_byte, 1, 0, c) for c in calls]
     events.sort(key=lambda e: e[:3])
     stack: list[tuple[int, Symbol]] = []
-    symbols, edges = [], {}
+    symbols: list[Symbol] = []
+    edges: dict[str, list[str]] = {}
     for start, is_call, _neg_end, item in events:
         while stack and stack[-1][0] <= start:
             stack.pop()
@@ -155,7 +158,8 @@ def _sweep(path, data, language, defs, calls) -> tuple[list[Symbol], dict[str, l
             if parent is not None and callee:
                 edges.setdefault(parent.qualname, []).append(callee)
             continue
-        symbol = _make_symbol(path, data, language, *item, parent)
+        node, name_node, kind = item
+        symbol = _make_symbol(path, data, language, node, name_node, kind, parent)
         if symbol is not None:
             symbols.append(symbol)
             stack.append((item[0].end_byte, symbol))
@@ -204,7 +208,7 @@ def _definition_name(node: ts.Node, language: str) -> tuple[list[str], str]:
         "parenthesized_declarator",
         "attributed_declarator",
     ):
-        inner = node.child_by_field_name("declarator") or (node.named_children or [None])[0]
+        inner = node.child_by_field_name("declarator") or next(iter(node.named_children), None)
         if inner is None:
             return [], ""
         node = inner
@@ -235,7 +239,8 @@ def _python_doc(node: ts.Node) -> str:
 
 def _leading_comment(node: ts.Node) -> str:
     """The first line of the comment block right above a C++ definition."""
-    block, prev, row = [], node.prev_sibling, node.start_point.row
+    block: list[ts.Node] = []
+    prev, row = node.prev_sibling, node.start_point.row
     while prev is not None and prev.type == "comment" and prev.end_point.row >= row - 1:
         block.insert(0, prev)
         row, prev = prev.start_point.row, prev.prev_sibling
@@ -249,7 +254,7 @@ def _first_line(text: str) -> str:
 
 
 def _text(node: ts.Node) -> str:
-    return node.text.decode("utf-8", "replace")
+    return (node.text or b"").decode("utf-8", "replace")
 
 
 # --- the index ---------------------------------------------------------------------------------
@@ -446,14 +451,14 @@ def _definition_object(obj: object) -> object:
     return obj
 
 
-def _source_file(obj: object) -> str | None:
+def _source_file(obj: Any) -> str | None:
     try:
         return inspect.getsourcefile(obj)
     except (TypeError, OSError):
         return None
 
 
-def _source_line(obj: object) -> int | None:
+def _source_line(obj: Any) -> int | None:
     try:
         return inspect.getsourcelines(obj)[1]
     except (TypeError, OSError):

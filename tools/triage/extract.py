@@ -295,11 +295,12 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
     model = {k: v for k, v in (("path", model_name), ("arch", arch)) if v}
     target = {"engine": engine, "dtype": dtype, "options": find_options(text)}
     request = {k: v for k, v in (("max_tokens", max_tokens), ("sampling", sampling)) if v}
+    meta = {"engine": engine, "engine_version": find_engine_version(text, engine), "model": model_name}
     partial = {
         "model": model,
         "target": {k: v for k, v in target.items() if v is not None},
         "workload": {"requests": [{"prompt": p, **request} for p in prompts]},
-        "meta": {"engine": engine, "engine_version": find_engine_version(text, engine), "model": model_name},
+        "meta": meta,
     }
     if good_ref:
         partial["good_ref"] = good_ref
@@ -307,7 +308,7 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
         "model": bool(model),
         "prompts": bool(prompts),
         "engine": bool(engine),
-        "engine_version": bool(partial["meta"]["engine_version"]),
+        "engine_version": bool(meta["engine_version"]),
         "dtype": bool(dtype),
         "max_tokens": max_tokens is not None,
         "temperature": "temperature" in sampling,

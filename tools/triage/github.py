@@ -2,14 +2,13 @@
 
 Rate limits (403/429 with `Retry-After` or `X-RateLimit-Reset`), 5xx and network errors are
 retried with bounded exponential backoff; a wait longer than `max_wait_s` is not slept through
-but raised as `RateLimited`. The token goes in the Authorization header only; it is never part
-of a message, an exception or the client's repr.
+but raised as `RateLimited`. The token (the caller's: agent.config reads $GITHUB_TOKEN) goes in
+the Authorization header only; it is never part of a message, an exception or the client's repr.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.error
@@ -86,14 +85,6 @@ class GitHub:
     timeout_s: float = 30.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
 
-    @classmethod
-    def from_env(cls, base_url: str | None = None, **kw) -> GitHub:
-        return cls(
-            base_url=base_url or os.environ.get("GITHUB_API_URL", DEFAULT_API),
-            token=os.environ.get("GITHUB_TOKEN") or None,
-            **kw,
-        )
-
     # --- endpoints -------------------------------------------------------------------------
     def list_issues(self, repo: str, since: str | None = None, state: str = "open") -> list[dict]:
         """Issues (not pull requests) of a repo, all pages; `since` is an ISO 8601 timestamp."""
@@ -111,20 +102,21 @@ class GitHub:
         return self._paginate(f"/repos/{repo}/issues/{number}/comments?per_page=100")
 
     def create_comment(self, repo: str, number: int, body: str) -> dict:
-        return self.request("POST", f"/repos/{repo}/issues/{number}/comments", {"body": body}).body
+        return self.request("POST", f"/repos/{repo}/issues/{number}/comments", {"body": body}).body  # type: ignore[return-value]
 
     def add_labels(self, repo: str, number: int, labels: list[str]) -> list[dict]:
-        return self.request("POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels}).body
+        return self.request("POST", f"/repos/{repo}/issues/{number}/labels", {"labels": labels}).body  # type: ignore[return-value]
 
     # --- transport -------------------------------------------------------------------------
     def _paginate(self, path: str, max_pages: int = 50) -> list[dict]:
-        items, url = [], path
+        items: list[dict] = []
+        url: str | None = path
         for _ in range(max_pages):
-            resp = self.request("GET", url)
-            items += resp.body or []
-            url = next_link(resp.headers)
             if not url:
                 break
+            resp = self.request("GET", url)
+            items += resp.body if isinstance(resp.body, list) else []
+            url = next_link(resp.headers)
         return items
 
     def request(self, method: str, path: str, payload: dict | None = None) -> Response:
