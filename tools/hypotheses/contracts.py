@@ -35,7 +35,9 @@ class Contract:
     component: str  # the tap component it belongs to (tools.probe.taps.component)
     rule: str  # one line: what the function must compute
     applies: Callable[[str, tuple[str, ...]], bool]  # (function name, parameter names) -> is it this role
-    check: Callable[[dict, object, dict], float | None]  # (inputs, output, context) -> violation size
+    check: (
+        Callable[[dict, object, dict], float | None] | None
+    )  # (inputs, output, context) -> violation size; None: bound per function name in contract_check
     tolerance: Callable[[object], float]  # output -> the size a correct implementation stays under
 
 
