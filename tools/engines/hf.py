@@ -116,6 +116,17 @@ class TapRecorder:
                 self.records.append(TapRecord(tap, self.step, req, [pos[s] for s in keep], x[b, keep]))
 
 
+def worker_paths(tree) -> list[str]:
+    """The runner's hook (tools.engines.worker_paths): the era dependencies an old transformers
+    release in `tree` needs on the worker's path, installed once into diffdx's cache."""
+    from tools.engines.runner import EngineRunError
+
+    try:
+        return hf_compat.dependency_paths(tree)
+    except hf_compat.ReleaseDependencyError as e:
+        raise EngineRunError(str(e), "crash") from None
+
+
 class HFEngine:
     name = "transformers"
     package = "transformers"  # what a --target-source root must hold
@@ -125,7 +136,7 @@ class HFEngine:
         everything else is refused up front with its reason."""
         return set(LOAD_ONLY) | set(ACCEPTED)
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"), replace=REPLACEABLE)
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

@@ -26,13 +26,13 @@ from tools.engines.protocol import Capabilities, RunJob
 from tools.probe import taps as tapnames
 from tools.probe.sampling_ref import adjust_row, truncate_row
 from tools.probe.trace import RequestOutput, TapRecord, Trace
-from tools.scenario import EngineSpec, Request
+from tools.scenario import Request
 
 
 class RefModelEngine:
     name = "refmodel"
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))
 
     def run(self, job: RunJob) -> Trace:

@@ -42,10 +42,12 @@ class EngineRunError(RuntimeError):
         self.log = log
 
 
-def worker_env(source_root: str | Path | None, threads: int | None = None) -> dict:
+def worker_env(source_root: str | Path | None, threads: int | None = None, engine: str | None = None) -> dict:
+    from tools.engines import worker_paths
+
     env = dict(os.environ)
     paths = [str(Path(source_root).resolve())] if source_root else []  # the worker runs in another cwd
-    paths += _release_dependency_paths(source_root)  # an old transformers release's own dependencies
+    paths += worker_paths(engine, source_root) if engine else []  # e.g. an old release's own dependencies
     paths.append(str(DIFFDX_ROOT))
     paths += [
         os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
@@ -56,15 +58,6 @@ def worker_env(source_root: str | Path | None, threads: int | None = None) -> di
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
-
-
-def _release_dependency_paths(source_root) -> list[str]:
-    from tools.engines.hf_compat import ReleaseDependencyError, dependency_paths
-
-    try:
-        return dependency_paths(source_root)
-    except ReleaseDependencyError as e:
-        raise EngineRunError(str(e), "crash") from None
 
 
 def run_engine(
@@ -79,7 +72,8 @@ def run_engine(
     try:
         (tmp / "job.json").write_text(json.dumps(job.to_json()))
         started = time.monotonic()
-        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], worker_env(source_root), tmp, timeout)
+        env = worker_env(source_root, engine=job.spec.engine)
+        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], env, tmp, timeout)
         if code is None:
             raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
         if code != 0:

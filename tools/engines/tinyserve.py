@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from tools.engines.injection import Injection
-from tools.engines.protocol import Capabilities, RunJob
+from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
 from tools.probe.taps import HEAD_TAPS, matches, order_key, split
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec
@@ -59,6 +59,33 @@ OPTION_ALIASES = {
     "num_gpu_blocks": "num_kv_blocks",
 }
 MAX_STEPS = 100_000
+# Features that hide bugs until they are on, cheapest first (tools/reproduce.py switches them on).
+TRIGGER_AXES = (
+    TriggerAxis(
+        "prefix_caching",
+        {"enable_prefix_caching": True},
+        "prefix caching on, later requests share a 36-token prefix",
+        "prefix caching",
+        ("prefix", "cache hit", "cached prompt", "shared prompt"),
+        "shared_prefix",
+    ),
+    TriggerAxis(
+        "chunked_prefill",
+        {"enable_chunked_prefill": True, "max_num_batched_tokens": 16},
+        "chunked prefill with a 16-token budget, long prompt",
+        "chunked prefill",
+        ("chunk",),
+        "long_prompt",
+    ),
+    TriggerAxis(
+        "small_blocks",
+        {"block_size": 4},
+        "KV blocks of 4 tokens, long prompt",
+        "small KV blocks",
+        ("block", "paged", "page size"),
+        "long_prompt",
+    ),
+)
 
 _LLAMA_LAYER = (
     ("input_layernorm", (("attn_norm", "normed"), ("<prev>.out", "residual"))),
@@ -329,6 +356,15 @@ def engine_options(spec: EngineSpec, native_kernels) -> dict:
     return {**options, "dtype": spec.dtype}
 
 
+def reference_weights(options: dict) -> dict:
+    """Trace meta `weights`: the weight-only quantization the reference must mirror (tools.probe.quant),
+    as the user asked for it (options, else the documented default group size), never as the tree
+    under test resolved it: a wrong default there is a bug to find, not to copy."""
+    if not options.get("quantization"):
+        return {}
+    return {"weights": {"scheme": options["quantization"], "group_size": int(options.get("quant_group_size", 32))}}
+
+
 def sampling_params(ts, request, max_tokens: int, teacher: bool):
     s = dict(request.sampling)
     s.setdefault("temperature", 0.0)  # scenario default: greedy
@@ -407,7 +443,7 @@ class TinyServeEngine:
         fields = config_fields(Path(source_root or SUBJECT_ROOT) / "tinyserve" / "config.py")
         return None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         ts = import_tinyserve()
         return Capabilities(
             taps=("embed", "layers.*", *HEAD_TAPS),
@@ -416,6 +452,8 @@ class TinyServeEngine:
             dtypes=("float64", "float32", "bfloat16", "float16"),
             tp_sizes=(1, 2),
             replace=REPLACEABLE,
+            trigger_axes=TRIGGER_AXES,
+            option_aliases=OPTION_ALIASES,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
@@ -464,6 +502,7 @@ class TinyServeEngine:
         replaced = {"replaced_rows": dict(recorder.inject.replaced)} if recorder.inject is not None else {}
         return {
             **replaced,
+            **reference_weights(options),
             "options": options,
             "tinyserve_file": ts.__file__,
             "steps": engine.step_count,

@@ -101,10 +101,17 @@ class Prober:
             return self._logged("target", job, source, run_engine(job, source, timeout=self.timeout))
 
     def run_reference(
-        self, scenario: Scenario, dtype: str, teacher: list[list[int]], source: Path | None, taps=None
+        self,
+        scenario: Scenario,
+        dtype: str,
+        teacher: list[list[int]],
+        source: Path | None,
+        taps=None,
+        weights: dict | None = None,
     ) -> Trace:
+        """`weights`: the target run's quantization (its trace meta), which the reference mirrors."""
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
-        checkpoint = str(reference_checkpoint(scenario))
+        checkpoint = str(reference_checkpoint(scenario.model, weights))
         key = json.dumps(
             [
                 spec.engine,
@@ -152,13 +159,13 @@ class Prober:
     ) -> ProbeResult:
         runs_before = self.engine_runs
         target = self.run_target(scenario, target_source, taps, native_kernels, coverage)
-        teacher = target.sequences()
+        teacher, weights = target.sequences(), target.meta.get("weights")
         high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
-        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps)
+        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights)
         low = (
             high
             if scenario.target.dtype == high_dtype
-            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps)
+            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps, weights)
         )
         result = compare_traces(scenario, target, low, high)
         result.engine_runs = self.engine_runs - runs_before
