@@ -48,7 +48,8 @@ import torch
 
 from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
-from tools.probe.taps import HEAD_TAPS, matches, order_key, split
+from tools.engines.recorder import HookRecorder, hooks_held
+from tools.probe.taps import HEAD_TAPS, matches, split
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec
 
@@ -190,18 +191,16 @@ def write_output(output, reader: str, module, new: torch.Tensor):
     raise ValueError(f"tap reader {reader!r} cannot be replaced")
 
 
-class TapRecorder:
+class TapRecorder(HookRecorder):
     """Forward hooks that copy canonical taps out of a running tinyserve engine, and inject
-    reference rows at the taps an Injection names (tensor replacement)."""
+    reference rows at the taps an Injection names (tensor replacement); tinyserve's forward
+    context says which request and position each packed row is."""
 
     def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype, inject=None):
-        self.runner, self.patterns, self.out_dtype, self.inject = runner, patterns, out_dtype, inject
-        self.records: list[TapRecord] = []
+        super().__init__(patterns, inject, out_dtype)
+        self.runner = runner
         self.hooks = self._hook_plan(arch, num_layers)
         self._forward_context = import_tinyserve().forward_context.get_forward_context
-
-    def _touched(self, tap: str) -> bool:
-        return matches(tap, self.patterns) or (self.inject is not None and self.inject.wants(tap))
 
     def _hook_plan(self, arch: str, num_layers: int) -> list[tuple[str, str, list]]:
         plan = []
@@ -213,9 +212,9 @@ class TapRecorder:
             named = [(t.replace("<last>", f"layers.{num_layers - 1}"), r) for t, r in taps]
             plan.append((path, rows, named))
         return [
-            (p, rows, [(t, r) for t, r in taps if self._touched(t)])
+            (p, rows, [(t, r) for t, r in taps if self.touches(t)])
             for p, rows, taps in plan
-            if any(self._touched(t) for t, _ in taps)
+            if any(self.touches(t) for t, _ in taps)
         ]
 
     @staticmethod
@@ -234,8 +233,8 @@ class TapRecorder:
                     output = self._inject(ctx, tap, rows, reader, module, output)
             for tap, reader in taps:
                 tensor = read_output(output, reader, module)
-                if tensor is not None and matches(tap, self.patterns):
-                    self._record(ctx, tap, rows, tensor.detach().clone())
+                if tensor is not None and self.wants(tap):
+                    self._record(ctx, tap, rows, tensor)
             return None if output is given else output
 
         return hook
@@ -246,7 +245,7 @@ class TapRecorder:
             return output
         seq_index, positions = self._rows(ctx, rows)
         requests = [int(ctx.request_ids[s]) for s in seq_index.tolist()]
-        new = self.inject.apply(tap, tensor, requests, positions.tolist())
+        new = self.injected(tap, tensor, requests, positions.tolist())
         return output if new is tensor else write_output(output, reader, module, new)
 
     @staticmethod
@@ -260,15 +259,7 @@ class TapRecorder:
         seq_index, positions = self._rows(ctx, rows)
         for s in seq_index.unique(sorted=True).tolist():
             mask = seq_index == s
-            self.records.append(
-                TapRecord(
-                    name=tap,
-                    step=ctx.step,
-                    request=int(ctx.request_ids[s]),
-                    positions=positions[mask].tolist(),
-                    tensor=tensor[mask].to(self.out_dtype).reshape(int(mask.sum()), -1),
-                )
-            )
+            self.add(tap, ctx.step, int(ctx.request_ids[s]), positions[mask].tolist(), tensor[mask])
 
     def _module(self, path: str):
         # "model.model.layers.0.mlp" -> runner.model.get_submodule("model.layers.0.mlp")
@@ -278,17 +269,10 @@ class TapRecorder:
 
     @contextmanager
     def attached(self):
-        handles = []
-        try:
+        with hooks_held() as held:
             for path, rows, taps in self.hooks:
-                handles.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
+                held.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
             yield self
-        finally:
-            for h in handles:
-                h.remove()
-
-    def ordered(self) -> list[TapRecord]:
-        return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
     def discard_rejected(self, rejected) -> None:
         """Speculative decoding: drop rows a verification forward computed from drafts that were
