@@ -28,7 +28,6 @@ BUILTIN = {
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
 }
-ENGINES = BUILTIN  # the built-ins, under the name older callers import
 DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
 # How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
 MENTIONS = {"transformers": r"\bmodel\.generate\("}

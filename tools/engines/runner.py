@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
 from tools.engines.protocol import RunJob
 from tools.probe import trace as trace_io
+from tools.procgroup import run_in_group
 
 DIFFDX_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT_S = 600.0
@@ -120,25 +120,7 @@ def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) ->
 
 
 def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", WORKER_MODULE, *args],
-        env=env,
-        cwd=str(cwd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return None, proc.communicate()[0] or ""
-    except BaseException:
-        _kill_group(proc)  # interrupted: leave no worker behind
-        proc.communicate()
-        raise
-    return proc.returncode, log
+    return run_in_group([sys.executable, "-m", WORKER_MODULE, *args], cwd, env, timeout)
 
 
 def fork_server(env: dict) -> ForkServer | None:
@@ -206,13 +188,6 @@ def log_run(job: RunJob, timing: dict, wall_s: float) -> None:
 
 def keep_temp() -> bool:
     return os.environ.get("DIFFDX_KEEP_TEMP", "") not in ("", "0")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _last_line(log: str) -> str:
