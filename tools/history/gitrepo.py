@@ -125,14 +125,22 @@ def run_git(
     """The one way diffdx runs the git command line: `git ARGS` in `cwd` -> stdout (decoded);
     GitError (with git's stderr and exit code) when it fails, cannot start or times out."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
+    command = " ".join(_without_config(args)[:3])
     try:
         proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=data, capture_output=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise GitError(f"git {' '.join(args[:3])} failed: {e}") from None
+        raise GitError(f"git {command} failed: {e}") from None
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-        raise GitError(f"git {' '.join(args[:3])} failed: {err}", proc.returncode, err)
+        raise GitError(f"git {command} failed: {err}", proc.returncode, err)
     return proc.stdout.decode(errors="replace")
+
+
+def _without_config(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The command and its arguments, without leading `-c key=value` pairs (for messages)."""
+    while len(args) >= 2 and args[0] == "-c":
+        args = args[2:]
+    return args
 
 
 def _git(repo_path: str | Path, *args: str, stdin: str | None = None) -> str:
