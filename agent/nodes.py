@@ -50,7 +50,7 @@ class DiagnosisState(TypedDict, total=False):
 class Stages(Protocol):
     """The measuring stages (tools/); `ToolStages` is the real one."""
 
-    def variant_names(self, scenario: Scenario) -> list: ...
+    def variant_names(self, scenario: Scenario, target_source: Path | None = None) -> list: ...
 
     def reproduce(
         self,
@@ -79,10 +79,10 @@ class Stages(Protocol):
 class ToolStages:
     """The stages in tools/, imported when first used."""
 
-    def variant_names(self, scenario):
+    def variant_names(self, scenario, target_source=None):
         from tools.reproduce import variant_names
 
-        return variant_names(scenario)
+        return variant_names(scenario, target_source)
 
     def reproduce(self, scenario, prober, target_source, *, budget_runs, order, issue_text=None):
         from tools.reproduce import reproduce
@@ -193,7 +193,7 @@ def routed(value: T | None, what: str) -> T:
 
 def reproduce(state: DiagnosisState, session: Session) -> dict:
     scenario = routed(state["scenario"], "scenario")
-    names = session.stages.variant_names(scenario)
+    names = session.stages.variant_names(scenario, session.target_source)
     order = session.policy.order_triggers(scenario, {"issue": state.get("issue_text", "")}, names)
     budget = min(session.config.trigger_runs, session.runs_left())
     repro = session.stages.reproduce(
@@ -330,6 +330,6 @@ def variant_list(session: Session, scenario: Scenario | None) -> list[str]:
     if scenario is None:
         return []
     try:
-        return [variant_name(v)[0] for v in session.stages.variant_names(scenario)]
+        return [variant_name(v)[0] for v in session.stages.variant_names(scenario, session.target_source)]
     except Exception:  # no trigger stage, no variant tool
         return []

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from agent.llm import LLM, LLMBudgetSpent, LLMError, ToolBox, render
+from tools.engines import DEFAULT_ENGINE
 from tools.hypotheses.evidence import CATEGORIES, Hypothesis
 from tools.scenario import Scenario, ScenarioError, from_dict, loads
 
@@ -170,7 +171,7 @@ class LLMPolicy:
 
             data = merge_extraction(partial, answer)
             data = {k: v for k, v in data.items() if k != "meta"}
-            data["target"] = {"engine": "transformers", **(data.get("target") or {})}
+            data["target"] = {"engine": DEFAULT_ENGINE, **(data.get("target") or {})}
             return from_dict(data)
 
         prompt = render("read_issue.j2", partial=partial, missing=missing, issue=issue_text[:MAX_ISSUE_CHARS])

@@ -18,7 +18,6 @@ import fcntl
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from pathlib import Path
 from benchmark.cases import Case, CaseError, load_case, load_cases
 from benchmark.releases import ReleaseError, Releases, write_history
 from benchmark.subjects import Subject, get_subject
+from tools.history.gitrepo import GitError, run_git
 from tools.probe.checkpoints import cache_root
 
 BRANCH = "main"
@@ -49,11 +49,7 @@ def git(
         env.update(GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
     if date:
         env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
-    proc = subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True)
-    if proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-        raise subprocess.CalledProcessError(proc.returncode, ["git", *args], proc.stdout, err)
-    return proc.stdout.decode(errors="replace").strip()
+    return run_git(repo, *args, stdin=input, env=env).strip()
 
 
 def split_identity(identity: str) -> tuple[str, str]:
@@ -140,7 +136,7 @@ def fold_base_patches(repo: Path, case: Case, subject: Subject) -> None:
     for patch in folded:
         try:
             git(repo, "apply", "--index", "--whitespace=nowarn", str(patch))
-        except subprocess.CalledProcessError as e:
+        except GitError as e:
             raise BuildError(
                 f"case {case.id}: commits/{patch.name} does not apply to base: {_tail(e.stderr)}"
             ) from None
@@ -200,7 +196,7 @@ def apply_patch(repo: Path, patch: Path, subject: Subject, case_id: str) -> str:
             str(patch),
             identity=subject.maintainer,
         )
-    except subprocess.CalledProcessError as e:
+    except GitError as e:
         _abort_am(repo)
         raise BuildError(f"case {case_id}: commits/{patch.name} does not apply: {_tail(e.stderr)}") from None
     return git(repo, "rev-parse", "HEAD")
@@ -209,7 +205,7 @@ def apply_patch(repo: Path, patch: Path, subject: Subject, case_id: str) -> str:
 def _abort_am(repo: Path) -> None:
     try:
         git(repo, "am", "--abort")
-    except subprocess.CalledProcessError:
+    except GitError:
         pass
 
 

@@ -27,8 +27,9 @@ def one_round(scenario, taps) -> float:
     prober = Prober()
     start = time.perf_counter()
     target = prober.run_target(scenario, None, taps=taps)
-    high = prober.run_reference(scenario, scenario.reference.dtype, target.sequences(), None, taps=taps)
-    low = prober.run_reference(scenario, scenario.target.dtype, target.sequences(), None, taps=taps)
+    teacher, weights = target.sequences(), target.meta.get("weights")
+    high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
+    low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
     if taps is None:
         compare_traces(scenario, target, low, high)
     return time.perf_counter() - start

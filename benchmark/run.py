@@ -27,7 +27,6 @@ import json
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -288,9 +287,12 @@ def run_record(cfg: RunConfig, cases: list[Case]) -> dict:
 
 
 def _diffdx_commit() -> str | None:
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-    return proc.stdout.strip() or None
+    from tools.history.gitrepo import GitError, run_git
+
+    try:
+        return run_git(Path(__file__).resolve().parents[1], "rev-parse", "HEAD").strip() or None
+    except GitError:
+        return None
 
 
 def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:

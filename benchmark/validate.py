@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from benchmark.cases import (
 )
 from tools import progress
 from tools.errors import EPILOG, BadInput, run_cli
+from tools.history.gitrepo import GitError
 from tools.scenario import Scenario
 
 Oracle = Callable[[Scenario, Path | None, Path | None], Any]  # -> .diverged: bool, .summary: str
@@ -137,7 +137,7 @@ def run_checks(case: Case, repo: Path, checks: list[Check], oracle: Oracle, tmp:
 def resolve(repo: Path, rev: str, label: str) -> str:
     try:
         return git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
-    except subprocess.CalledProcessError:
+    except GitError:
         raise ValidationError(f"{label}: revision {rev!r} does not resolve in the built repo") from None
 
 

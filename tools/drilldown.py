@@ -66,7 +66,7 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) 
 def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]) -> str | None:
     """Bisect the swappable kernels with native twins; None when no kernel explains it."""
     try:
-        kernels = list(engine_capabilities(repro.scenario.target, source).kernels)  # the tree under test's
+        kernels = list(engine_capabilities(repro.scenario.target.engine, source).kernels)  # the tree under test's
     except Exception as e:  # an adapter that cannot list kernels is not fatal
         evidence.append(f"kernel list unavailable: {e}")
         return None

@@ -15,12 +15,12 @@ that answered, and says so when nothing ran.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prompts import render_document
+from tools.history.gitrepo import GitError, run_git
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 
 MAX_HYPOTHESES = 5
@@ -157,10 +157,9 @@ def source_tree(path: Path | None) -> dict:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+            return run_git(path, *args, timeout=30).strip()
+        except GitError:
             return None
-        return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
     return {"path": str(path), "commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None}

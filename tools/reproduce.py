@@ -21,40 +21,60 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools import progress
+from tools.engines import engine_capabilities
+from tools.engines.protocol import Capabilities, TriggerAxis
 from tools.engines.runner import EngineRunError
+from tools.errors import BadInput
 from tools.hypotheses.evidence import Reproduction, SideFinding, Trial
 from tools.probe import taps as tapnames
 from tools.probe.checkpoints import ensure_checkpoint
 from tools.probe.prober import Prober, ProbeResult
 from tools.scenario import Request, Scenario
 
-# Engine options that switch on the code paths where bugs hide, per engine (plain data).
-ENGINE_AXES = {
-    "tinyserve": {
-        "prefix_caching": {"enable_prefix_caching": True},
-        "chunked_prefill": {"enable_chunked_prefill": True, "max_num_batched_tokens": 16},
-        "small_blocks": {"block_size": 4},
-    },
-    "transformers": {},
+
+@dataclass(frozen=True)
+class Feature:
+    """Something a variant switches on, so that its divergence can be matched against the issue."""
+
+    name: str
+    label: str  # as the report names it
+    words: tuple[str, ...]  # as an issue writes it
+    exercised: Callable[[Scenario], bool]  # the scenario as given already uses it
+
+
+def _penalised(sc: Scenario) -> bool:
+    return any(
+        float(r.sampling.get("repetition_penalty", 1.0)) != 1.0
+        or float(r.sampling.get("presence_penalty", 0.0)) != 0.0
+        or float(r.sampling.get("frequency_penalty", 0.0)) != 0.0
+        for r in sc.requests
+    )
+
+
+# Features of any engine's requests, with the words an issue uses for each (matched on lower-cased
+# text with `_` and `-` read as spaces). Engine features (prefix caching, chunked prefill, …) come
+# from the engine's adapter, as Capabilities.trigger_axes, resolved against the tree under test.
+SAMPLING_FEATURES = {
+    "penalties": Feature("penalties", "penalties", ("penalt", "repetition", "presence", "frequency"), _penalised),
+    "sampling": Feature(
+        "sampling",
+        "sampled requests",
+        ("temperature", "top k", "top p", "min p", "sampling", "sampled", "nucleus", "do sample"),
+        lambda sc: any(not r.greedy for r in sc.requests),
+    ),
 }
 
 
-# Features a variant may switch on: the words an issue uses for each (matched on lower-cased text
-# with `_` and `-` read as spaces), and how a scenario already exercises it (plain data).
-FEATURE_WORDS = {
-    "prefix_caching": ("prefix", "cache hit", "cached prompt", "shared prompt"),
-    "chunked_prefill": ("chunk",),
-    "small_blocks": ("block", "paged", "page size"),
-    "penalties": ("penalt", "repetition", "presence", "frequency"),
-    "sampling": ("temperature", "top k", "top p", "min p", "sampling", "sampled", "nucleus", "do sample"),
-}
-FEATURE_NAMES = {
-    "prefix_caching": "prefix caching",
-    "chunked_prefill": "chunked prefill",
-    "small_blocks": "small KV blocks",
-    "penalties": "penalties",
-    "sampling": "sampled requests",
-}
+def axis_feature(axis: TriggerAxis, caps: Capabilities) -> Feature:
+    """An engine's trigger axis as a Feature: used already when the scenario sets the axis's first
+    option (to a true value when the axis switches it on with True), under any of its aliases."""
+    key, on = next(iter(axis.options.items()))
+
+    def exercised(sc: Scenario) -> bool:
+        opts = caps.canonical_options(sc.target.options)
+        return bool(opts.get(key)) if on is True else key in opts
+
+    return Feature(axis.name, axis.label, axis.words, exercised)
 
 
 @dataclass(frozen=True)
@@ -62,7 +82,7 @@ class Variant:
     name: str
     description: str
     apply: Callable[[Scenario, int], Scenario]  # (scenario, vocab size) -> variant
-    features: tuple[str, ...] = ()  # FEATURE_WORDS keys it switches on (none: workload only)
+    features: tuple[Feature, ...] = ()  # what it switches on (none: workload only)
 
 
 def _prompt(req: Request, vocab: int, seed: int, length: int | None = None) -> list[int]:
@@ -143,64 +163,56 @@ def _then(*steps) -> Callable[[Scenario, int], Scenario]:
     return apply
 
 
-def variants(scenario: Scenario) -> list[Variant]:
-    """Variants for this scenario's target engine, cheapest first."""
-    axes = ENGINE_AXES.get(scenario.target.engine, {})
+# Workload shapes an engine's trigger axis names (TriggerAxis.workload), applied after its options.
+WORKLOADS = {"": (), "shared_prefix": (_shared_prefix,), "long_prompt": (_long_prompt,), "batch": (_batch,)}
+
+
+def engine_capabilities_or_none(scenario: Scenario, target_source: Path | None) -> Capabilities | None:
+    """The target engine's capabilities in the tree under test; None when they cannot be had (a
+    tree that does not import is then found by the probe itself, as an engine run failure)."""
+    try:
+        return engine_capabilities(scenario.target.engine, target_source)
+    except (EngineRunError, BadInput):
+        return None
+
+
+def variants(scenario: Scenario, target_source: Path | None = None) -> list[Variant]:
+    """Variants for this scenario's target engine (its trigger axes, as the tree under test
+    declares them), cheapest first."""
+    caps = engine_capabilities_or_none(scenario, target_source)
+    axes = caps.trigger_axes if caps is not None else ()
     out = [
         Variant("batch", "a batch of 4 requests of different lengths", _batch),
         Variant("long_prompt", "a 90-token prompt (past windows, blocks and chunks)", _long_prompt),
         Variant("long_generation", "48 generated tokens", _long_generation),
         Variant("staggered", "4 requests arriving at different steps", _staggered),
     ]
-    if "prefix_caching" in axes:
-        out.append(
-            Variant(
-                "prefix_caching",
-                "prefix caching on, later requests share a 36-token prefix",
-                _then(_options(**axes["prefix_caching"]), _shared_prefix),
-                ("prefix_caching",),
-            )
-        )
-    if "chunked_prefill" in axes:
-        out.append(
-            Variant(
-                "chunked_prefill",
-                "chunked prefill with a 16-token budget, long prompt",
-                _then(_options(**axes["chunked_prefill"]), _long_prompt),
-                ("chunked_prefill",),
-            )
-        )
-    if "small_blocks" in axes:
-        out.append(
-            Variant(
-                "small_blocks",
-                "KV blocks of 4 tokens, long prompt",
-                _then(_options(**axes["small_blocks"]), _long_prompt),
-                ("small_blocks",),
-            )
-        )
+    out += [
+        Variant(a.name, a.description, _then(_options(**a.options), *WORKLOADS[a.workload]), (axis_feature(a, caps),))
+        for a in axes
+    ]
     out += [
         Variant(
             "penalties",
             "repetition / presence / frequency penalties in a batch",
             _sampling(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=0.3),
-            ("penalties",),
+            (SAMPLING_FEATURES["penalties"],),
         ),
         Variant(
             "sampling",
             "temperature 0.8 with top-k / top-p / min-p, seeded",
             _sampling(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02, seed=11),
-            ("sampling",),
+            (SAMPLING_FEATURES["sampling"],),
         ),
     ]
     if axes:
-        everything = {k: v for opts in axes.values() for k, v in opts.items()}
+        everything = {k: v for a in axes for k, v in a.options.items()}
         out.append(
             Variant(
                 "everything",
                 "all engine features on, batch, shared prefix, long prompts",
                 _then(_options(**everything), _shared_prefix, _batch, _long_prompt),
-                tuple(axes),
+                tuple(axis_feature(a, caps) for a in axes),
             )
         )
     return out
@@ -209,30 +221,13 @@ def variants(scenario: Scenario) -> list[Variant]:
 # --- does a divergence match the issue? ------------------------------------------------------------
 
 
-def exercised(feature: str, sc: Scenario) -> bool:
-    """The scenario as given already uses this feature."""
-    opts, reqs = sc.target.options, sc.requests
-    return {
-        "prefix_caching": bool(opts.get("enable_prefix_caching")),
-        "chunked_prefill": bool(opts.get("enable_chunked_prefill")),
-        "small_blocks": "block_size" in opts,
-        "penalties": any(
-            float(r.sampling.get("repetition_penalty", 1.0)) != 1.0
-            or float(r.sampling.get("presence_penalty", 0.0)) != 0.0
-            or float(r.sampling.get("frequency_penalty", 0.0)) != 0.0
-            for r in reqs
-        ),
-        "sampling": any(not r.greedy for r in reqs),
-    }[feature]
-
-
-def mentioned(feature: str, issue_text: str) -> bool:
+def mentioned(feature: Feature, issue_text: str) -> bool:
     text = re.sub(r"[_\-]+", " ", issue_text.lower())
-    return any(word in text for word in FEATURE_WORDS[feature])
+    return any(word in text for word in feature.words)
 
 
-def described(feature: str, sc: Scenario, issue_text: str) -> bool:
-    return exercised(feature, sc) or mentioned(feature, issue_text)
+def described(feature: Feature, sc: Scenario, issue_text: str) -> bool:
+    return feature.exercised(sc) or mentioned(feature, issue_text)
 
 
 def off_issue(variant: Variant, given: Scenario, issue_text: str, result: ProbeResult) -> str | None:
@@ -242,18 +237,18 @@ def off_issue(variant: Variant, given: Scenario, issue_text: str, result: ProbeR
     scenario mention, or it diverges in the sampler while the issue has no sampled or penalised request."""
     new = [f for f in variant.features if not described(f, given, issue_text)]
     if variant.features and len(new) == len(variant.features):
-        names = " / ".join(FEATURE_NAMES[f] for f in new)
+        names = " / ".join(f.label for f in new)
         return f"the issue does not mention {names}, which this variant switched on"
     tap = result.first.tap if result.first is not None else "sampler.token"
     if tapnames.component(tap) == "sampler" and not any(
-        described(f, given, issue_text) for f in ("sampling", "penalties")
+        described(f, given, issue_text) for f in SAMPLING_FEATURES.values()
     ):
         return f"it diverges in the sampler ({tap}), and the issue has no sampled or penalised request"
     return None
 
 
-def variant_names(scenario: Scenario) -> list[tuple[str, str]]:
-    return [(v.name, v.description) for v in variants(scenario)]
+def variant_names(scenario: Scenario, target_source: Path | None = None) -> list[tuple[str, str]]:
+    return [(v.name, v.description) for v in variants(scenario, target_source)]
 
 
 def vocab_size(scenario: Scenario) -> int:
@@ -281,7 +276,9 @@ def reproduce(
     trigger, side = "", []
     if found is None:
         vocab = vocab_size(scenario)
-        for v in progress.each(_ordered(variants(scenario), order), "trigger variants", lambda v: v.name):
+        for v in progress.each(
+            _ordered(variants(scenario, target_source), order), "trigger variants", lambda v: v.name
+        ):
             if prober.engine_runs - start >= budget_runs:
                 break
             found = _try(v.apply(scenario, vocab), v.description, prober, target_source, trials)

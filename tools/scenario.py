@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tools.engines import DEFAULT_ENGINE
 from tools.errors import BadInput
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -63,13 +64,13 @@ REFERENCE_DTYPES = ("float64", "float32")  # the trusted run Y; the first is the
 
 @dataclass(frozen=True)
 class EngineSpec:
-    engine: str = "transformers"
+    engine: str = DEFAULT_ENGINE
     dtype: str = "float32"
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.engine, str) or not self.engine:
-            raise ScenarioError(f"engine must be a name such as 'transformers', got {self.engine!r}")
+            raise ScenarioError(f"engine must be a name such as {DEFAULT_ENGINE!r}, got {self.engine!r}")
         if self.dtype not in DTYPES:
             raise ScenarioError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if not isinstance(self.options, dict):

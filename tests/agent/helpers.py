@@ -110,7 +110,7 @@ class ScriptedStages:
         self.calls.append(name)
         prober.engine_runs += self.runs
 
-    def variant_names(self, scenario):
+    def variant_names(self, scenario, target_source=None):
         return [("batch", "a batch of 4 requests"), ("prefix_caching", "prefix caching on")]
 
     def reproduce(self, scenario, prober, target_source, *, budget_runs, order, issue_text=None):

@@ -61,7 +61,7 @@ def top_k_tree(tmp_path_factory) -> Path:
 
 def _sampling_variant(scenario):
     """The trigger variant that switches on sampled requests (top-k among them)."""
-    return next(v for v in variants(scenario) if "sampling" in v.features)
+    return next(v for v in variants(scenario) if "sampling" in [f.name for f in v.features])
 
 
 @pytest.fixture(scope="module")

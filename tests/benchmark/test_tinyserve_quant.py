@@ -74,9 +74,10 @@ def test_engine_quantizes_decoder_linears_only_and_native_twin_gives_same_tokens
 
 def test_reference_checkpoint_is_dequantized_once_and_keyed_by_scheme():
     sc = scenario("llama", "float32", "int4", quant_group_size=16)
-    path = reference_checkpoint(sc)
-    assert path.name.endswith("dequant-int4-g16") and reference_checkpoint(sc) == path
-    assert reference_checkpoint(sc.with_target(options={})) == ensure_checkpoint(sc.model)
+    weights = {"scheme": "int4", "group_size": 16}  # what the adapter reports (test below)
+    path = reference_checkpoint(sc.model, weights)
+    assert path.name.endswith("dequant-int4-g16") and reference_checkpoint(sc.model, weights) == path
+    assert reference_checkpoint(sc.model, None) == ensure_checkpoint(sc.model)
     tensors, original = (
         load_file(str(path / "model.safetensors")),
         load_file(str(ensure_checkpoint(sc.model) / "model.safetensors")),
@@ -120,7 +121,7 @@ def test_probe_sees_quantization_error_against_the_float_checkpoint():
     sc = scenario("llama", "float32", "int4")
     prober = Prober()
     target = prober.run_target(sc, None)
-    plain = sc.with_target(options={})  # reference_checkpoint -> the float weights
-    high = prober.run_reference(plain, "float64", target.sequences(), None)
-    low = prober.run_reference(plain, "float32", target.sequences(), None)
+    assert target.meta["weights"] == {"scheme": "int4", "group_size": 32}  # the adapter says what to mirror
+    high = prober.run_reference(sc, "float64", target.sequences(), None)  # no weights: the float checkpoint
+    low = prober.run_reference(sc, "float32", target.sequences(), None)
     assert compare_traces(sc, target, low, high).divergent_taps

@@ -16,7 +16,6 @@ import torch
 from tools.engines.protocol import Capabilities, RunJob
 from tools.probe.taps import matches, order_key
 from tools.probe.trace import RequestOutput, TapRecord, Trace
-from tools.scenario import EngineSpec
 
 TORCH_DTYPES = {
     "float64": torch.float64,
@@ -29,7 +28,7 @@ TORCH_DTYPES = {
 class ToyEngine:
     name = "toy"
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits"), kernels=(), teacher_forcing=True)
 
     def run(self, job: RunJob) -> Trace:

@@ -28,7 +28,9 @@ BUILTIN = {
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
 }
-ENGINES = BUILTIN  # the built-ins, under the name older callers import
+DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
+# How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
+MENTIONS = {"transformers": r"\bmodel\.generate\("}
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
 
@@ -79,33 +81,43 @@ def get_engine(name: str):
     return adapter()
 
 
-_capabilities_cache: dict[str, object] = {}
+_capabilities_cache: dict[tuple[str, str], object] = {}
 
 
-def engine_capabilities(spec, source_root: str | Path | None = None, timeout: float = CAPABILITIES_TIMEOUT_S):
-    """EngineSpec -> Capabilities, asked of a worker process that imports the tree under test
-    (`source_root` first on its path), as engine runs do. Cached per spec and tree."""
-    import subprocess
-    import sys
-    from dataclasses import asdict
+def engine_capabilities(engine, source_root: str | Path | None = None, timeout: float = CAPABILITIES_TIMEOUT_S):
+    """Engine name (or an EngineSpec) -> Capabilities, asked of a worker process that imports the
+    tree under test (`source_root` first on its path), as engine runs do. One worker call per
+    (engine, tree) in this process; the answer is cached."""
+    import tempfile
 
     from tools.engines.protocol import Capabilities
-    from tools.engines.runner import EngineRunError, worker_env
+    from tools.engines.runner import EngineRunError, execute, worker_env
 
-    key = json.dumps([asdict(spec), str(source_root)], sort_keys=True, default=str)
+    engine = getattr(engine, "engine", engine)
+    key = (engine, str(Path(source_root).resolve()) if source_root else "")
     if key not in _capabilities_cache:
-        cmd = [sys.executable, "-m", "tools.engines.worker", "--capabilities", json.dumps(asdict(spec))]
-        try:
-            proc = subprocess.run(cmd, env=worker_env(source_root), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise EngineRunError(f"{spec.engine} capabilities timed out after {timeout:.0f}s", "timeout") from None
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr).strip().splitlines() or ["no output"]
-            raise EngineRunError(
-                f"{spec.engine} capabilities failed: {tail[-1][:300]}", "crash", (proc.stdout + proc.stderr)[-4000:]
-            )
-        fields = json.loads(proc.stdout.strip().splitlines()[-1])
-        _capabilities_cache[key] = Capabilities(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-        )
+        with tempfile.TemporaryDirectory(prefix="diffdx-caps-") as tmp:
+            out = Path(tmp) / "capabilities.json"
+            env = worker_env(source_root, engine=engine)
+            code, log = execute(["--capabilities", engine, str(out)], env, Path(tmp), timeout)
+            if code is None:
+                raise EngineRunError(f"{engine} capabilities timed out after {timeout:.0f}s", "timeout", log[-4000:])
+            if code != 0 or not out.exists():
+                tail = log.strip().splitlines() or ["no output"]
+                raise EngineRunError(f"{engine} capabilities failed: {tail[-1][:300]}", "crash", log[-4000:])
+            _capabilities_cache[key] = Capabilities.from_json(json.loads(out.read_text()))
     return _capabilities_cache[key]
+
+
+def worker_paths(engine: str, tree: str | Path | None) -> list[str]:
+    """Folders the engine's worker needs on its path besides `tree` (an old release's own
+    dependencies): the adapter module's optional `worker_paths(tree)`, asked before the worker starts.
+    An adapter importable only in the worker (`module:Class` on its path) has none."""
+    if not tree:
+        return []
+    try:
+        module = importlib.import_module(engine_path(engine).split(":")[0])
+    except (ImportError, UnknownEngineError):
+        return []
+    hook = getattr(module, "worker_paths", None)
+    return list(hook(tree)) if hook is not None else []

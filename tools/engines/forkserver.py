@@ -37,6 +37,8 @@ import tempfile
 import threading
 import traceback
 
+from tools.procgroup import kill_group
+
 PRELOAD = ("torch", "numpy", "safetensors.torch")  # third-party only: never an engine's code
 
 
@@ -169,17 +171,10 @@ def _read_line(conn: socket.socket) -> bytes:
 
 def _kill_run(pid: int) -> None:
     """A forked run's group, and the child itself in case it has not yet made its own group."""
-    _kill_group(pid)
+    kill_group(pid)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -264,7 +259,7 @@ class ForkServer:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
-                _kill_group(self.proc.pid)
+                kill_group(self.proc.pid)
                 self.proc.wait()
             self.proc.stdout.close()
             self.proc = None
@@ -288,7 +283,7 @@ class ForkedRun:
         except TimeoutError:
             return None
         if not line:  # the zygote died under us: make sure the worker goes too
-            _kill_group(self.pid)
+            kill_group(self.pid)
             raise ZygoteUnavailable(f"the fork server went away during run {self.pid}")
         return json.loads(line)["exit"]
 
@@ -298,7 +293,7 @@ class ForkedRun:
             self.conn.sendall(b"kill\n")
             return self.wait(30)
         except (OSError, ZygoteUnavailable):
-            _kill_group(self.pid)
+            kill_group(self.pid)
             return None
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 
@@ -35,16 +34,19 @@ from tools.engines.hf_generate import (
 )
 from tools.engines.injection import Injection
 from tools.engines.protocol import Capabilities, RunJob
+from tools.engines.recorder import (
+    TORCH_DTYPES,
+    HookRecorder,
+    RowMap,
+    Undo,
+    chosen_logprobs,
+    hooks_held,
+    record_teacher_head,
+)
 from tools.probe import taps as tapnames
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec, Request
 
-TORCH_DTYPES = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
 # Taps where reference rows can be injected: module outputs and inputs, and q/k after RoPE. Not
 # resid_mid: it is read as the input of a norm, while the layer adds its own copy of the residual.
 REPLACEABLE = ("embed", *(f"layers.*.{t}" for t in tapnames.LAYER_TAPS if t != "resid_mid"), "final_norm")
@@ -68,52 +70,24 @@ SANDWICH_NORM_TAPS = {  # gemma2
 PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
 
 
-@dataclass
-class RowMap:
-    """Which rows of a [batch, seq, F] forward belong to which request and position."""
+class TapRecorder(HookRecorder):
+    """HookRecorder plus where the tapped forward is: one forward = one step."""
 
-    requests: list[int]  # batch row -> request index
-    positions: list[list[int]]  # batch row -> position of each seq column (-1 = padding)
-
-    def flat(self, seq: int) -> tuple[list[int], list[int]]:
-        """Rows of x.reshape(B * seq, ...) -> (request, position) lists."""
-        return ([r for r in self.requests for _ in range(seq)], [p for pos in self.positions for p in pos[-seq:]])
+    def __init__(self, patterns, inject: Injection | None = None):
+        super().__init__(patterns, inject)
+        self.layer: int | None = None
+        self.active = False  # inside the tapped model's forward (not a draft model's)
 
 
-@dataclass
-class TapRecorder:
-    """Collects canonical tap records from hooks (and injects reference rows); one forward = one step."""
+def worker_paths(tree) -> list[str]:
+    """The runner's hook (tools.engines.worker_paths): the era dependencies an old transformers
+    release in `tree` needs on the worker's path, installed once into diffdx's cache."""
+    from tools.engines.runner import EngineRunError
 
-    patterns: list[str] | None
-    inject: Injection | None = None
-    records: list[TapRecord] = field(default_factory=list)
-    step: int = 0
-    rows: RowMap | None = None
-    layer: int | None = None
-    active: bool = False  # inside the tapped model's forward (not a draft model's)
-
-    def wants(self, tap: str) -> bool:
-        return tapnames.matches(tap, self.patterns)
-
-    def hooks(self, tap: str) -> bool:
-        return self.wants(tap) or (self.inject is not None and self.inject.wants(tap))
-
-    def touch(self, tap: str, x: torch.Tensor) -> torch.Tensor:  # x: [B, S, F] -> x, reference rows injected
-        if self.inject is not None and self.inject.wants(tap):
-            requests, positions = self.rows.flat(x.shape[1])
-            flat = self.inject.apply(tap, x.reshape(-1, *x.shape[2:]), requests, positions)
-            x = flat.reshape(x.shape)
-        if self.wants(tap):
-            self.record(tap, x)
-        return x
-
-    def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F]
-        x = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32).clone()
-        for b, req in enumerate(self.rows.requests):
-            pos = self.rows.positions[b]
-            keep = [s for s, p in enumerate(pos) if p >= 0]
-            if keep:
-                self.records.append(TapRecord(tap, self.step, req, [pos[s] for s in keep], x[b, keep]))
+    try:
+        return hf_compat.dependency_paths(tree)
+    except hf_compat.ReleaseDependencyError as e:
+        raise EngineRunError(str(e), "crash") from None
 
 
 class HFEngine:
@@ -125,7 +99,7 @@ class HFEngine:
         everything else is refused up front with its reason."""
         return set(LOAD_ONLY) | set(ACCEPTED)
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"), replace=REPLACEABLE)
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
@@ -228,18 +202,12 @@ def prompt_ids(req: Request, tok) -> list[int]:
 
 @contextmanager
 def hooks_installed(model, rec: TapRecorder):
-    handles, restore = [], []
-    try:
-        handles += _global_hooks(model, rec)
+    with hooks_held() as held:
+        held += _global_hooks(model, rec)
         for i, layer in enumerate(model.model.layers):
-            handles += _layer_hooks(layer, i, rec)
-        restore.append(_wrap_rotary(model, rec))
+            held += _layer_hooks(layer, i, rec)
+        held.append(Undo(_wrap_rotary(model, rec)))
         yield rec
-    finally:
-        for h in handles:
-            h.remove()
-        for undo in restore:
-            undo()
 
 
 def _output_hook(rec: TapRecorder, tap: str):
@@ -268,7 +236,7 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
     handles = []
     for attr, name in mapping.items():
         tap = tapnames.layer_tap(i, name)
-        if rec.hooks(tap):
+        if rec.touches(tap):
             handles.append(layer.get_submodule(attr).register_forward_hook(_output_hook(rec, tap)))
     inputs = {
         "self_attn.o_proj": "attn.out",
@@ -277,10 +245,10 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
     }
     for attr, name in inputs.items():
         tap = tapnames.layer_tap(i, name)
-        if rec.hooks(tap):
+        if rec.touches(tap):
             hook = _input_hook(rec, tap)
             handles.append(layer.get_submodule(attr).register_forward_pre_hook(hook, with_kwargs=True))
-    if rec.hooks(tapnames.layer_tap(i, "out")):
+    if rec.touches(tapnames.layer_tap(i, "out")):
         handles.append(layer.register_forward_hook(_output_hook(rec, tapnames.layer_tap(i, "out"))))
 
     def enter_attn(_mod, _args, _kwargs):
@@ -292,9 +260,9 @@ def _layer_hooks(layer, i: int, rec: TapRecorder) -> list:
 
 def _global_hooks(model, rec: TapRecorder) -> list:
     handles = []
-    if rec.hooks("embed"):  # the first layer's input: gemma2 before 5.x scales it after embed_tokens
+    if rec.touches("embed"):  # the first layer's input: gemma2 before 5.x scales it after embed_tokens
         handles.append(model.model.layers[0].register_forward_pre_hook(_input_hook(rec, "embed"), with_kwargs=True))
-    if rec.hooks("final_norm"):
+    if rec.touches("final_norm"):
         handles.append(model.model.norm.register_forward_hook(_output_hook(rec, "final_norm")))
 
     def enter(_mod, _args, _kwargs):
@@ -333,7 +301,7 @@ def _wrap_rotary(model, rec: TapRecorder):
 
 def _touch_heads(rec: TapRecorder, tap: str, x: torch.Tensor) -> torch.Tensor:
     """[B, H, S, D] -> the same, seen (and replaced) as [B, S, H*D]."""
-    if not rec.hooks(tap):
+    if not rec.touches(tap):
         return x
     b, h, s, d = x.shape
     flat = x.transpose(1, 2).reshape(b, s, h * d)
@@ -353,37 +321,15 @@ def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorde
         rec.rows, rec.step = RowMap([r], [list(range(len(seq)))]), 0
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0]
-        _record_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
+        record_teacher_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
         outputs.append(
             RequestOutput(
                 prompt_ids=list(seq[:n_prompt]),
                 output_ids=list(seq[n_prompt:]),
-                logprobs=_chosen_logprobs(logits, seq, n_prompt),
+                logprobs=chosen_logprobs(logits, seq, n_prompt),
             )
         )
     return outputs
-
-
-def _record_head(rec: TapRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request):
-    from tools.probe.sampling_ref import processed_logits
-
-    positions = list(range(len(seq)))
-    if rec.wants("logits"):
-        rec.records.append(TapRecord("logits", 0, r, positions, logits.detach().double().clone()))
-    sampled = list(range(n_prompt - 1, len(seq) - 1))
-    if not sampled or not rec.wants("sampler.*"):
-        return
-    processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
-    probs = torch.softmax(truncated, dim=-1)
-    chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)
-    for name, x in (("sampler.logits", processed), ("sampler.probs", probs), ("sampler.token", chosen)):
-        if rec.wants(name):
-            rec.records.append(TapRecord(name, 0, r, sampled, x))
-
-
-def _chosen_logprobs(logits: torch.Tensor, seq: list[int], n_prompt: int) -> list[float]:
-    lp = torch.log_softmax(logits.double(), dim=-1)
-    return [float(lp[p, seq[p + 1]]) for p in range(n_prompt - 1, len(seq) - 1)]
 
 
 def generate_all(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:

@@ -10,13 +10,44 @@ from tools.scenario import EngineSpec, Scenario, from_dict
 
 
 @dataclass(frozen=True)
+class TriggerAxis:
+    """An engine feature that hides bugs until it is on: the trigger search (tools/reproduce.py)
+    switches it on in a variant of the scenario, and reads an issue for its words."""
+
+    name: str  # variant name, e.g. "prefix_caching"
+    options: dict  # engine options that switch it on; the first one says the scenario uses it already
+    description: str  # what the variant does, for the report
+    label: str  # how the report names the feature ("prefix caching")
+    words: tuple[str, ...] = ()  # words an issue uses for it (lower case; `_` and `-` read as spaces)
+    workload: str = ""  # the workload shape that exercises it (tools.reproduce.WORKLOADS), "" = as given
+
+
+@dataclass(frozen=True)
 class Capabilities:
+    """What an adapter can do, asked of a worker that imports the tree under test
+    (tools.engines.engine_capabilities); travels as JSON, so plain data only."""
+
     taps: tuple[str, ...]  # tap-name patterns the adapter can report
     kernels: tuple[str, ...] = ()  # ops with an optimized and a `native` twin, swappable
     teacher_forcing: bool = True  # can re-run a given token sequence
     dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
     tp_sizes: tuple[int, ...] = (1,)
     replace: tuple[str, ...] = ()  # tap-name patterns where reference rows can be injected (RunJob.replace)
+    trigger_axes: tuple[TriggerAxis, ...] = ()  # features the trigger search may switch on, cheapest first
+    option_aliases: dict = field(default_factory=dict)  # alias -> the option name the engine takes
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Capabilities:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        axes = tuple(TriggerAxis(**{**a, "words": tuple(a.get("words", ()))}) for a in d.get("trigger_axes", ()))
+        return cls(**{**fields, "trigger_axes": axes})
+
+    def canonical_options(self, options: dict) -> dict:
+        """Options with aliases replaced by the names the engine takes."""
+        return {self.option_aliases.get(k, k): v for k, v in options.items()}
 
 
 @dataclass
@@ -69,7 +100,8 @@ class RunJob:
 class Engine(Protocol):
     name: str
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities: ...
+    def capabilities(self) -> Capabilities:
+        """What the engine in the worker's tree can do; asked once per (engine, tree) in a run."""
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
         """Raise ValueError (one line) for an option the adapter cannot run and tap correctly on `device`."""

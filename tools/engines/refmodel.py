@@ -21,18 +21,18 @@ from pathlib import Path
 import torch
 
 from tools import refmodels
-from tools.engines.hf import TORCH_DTYPES, RowMap, TapRecorder, _chosen_logprobs, _record_head
 from tools.engines.protocol import Capabilities, RunJob
+from tools.engines.recorder import TORCH_DTYPES, HookRecorder, RowMap, chosen_logprobs, record_teacher_head
 from tools.probe import taps as tapnames
 from tools.probe.sampling_ref import adjust_row, truncate_row
 from tools.probe.trace import RequestOutput, TapRecord, Trace
-from tools.scenario import EngineSpec, Request
+from tools.scenario import Request
 
 
 class RefModelEngine:
     name = "refmodel"
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))
 
     def run(self, job: RunJob) -> Trace:
@@ -44,7 +44,7 @@ class RefModelEngine:
         )
         tok = Tokenizer.from_checkpoint(job.checkpoint)
         prompts = [prompt_ids(r, tok) for r in job.scenario.requests]
-        rec = TapRecorder(job.taps)
+        rec = HookRecorder(job.taps)
         with torch.no_grad():
             outputs = (
                 teacher_forced(model, job, prompts, rec)
@@ -64,7 +64,7 @@ class RefModelEngine:
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
 
-def emitter(rec: TapRecorder, rows: RowMap):
+def emitter(rec: HookRecorder, rows: RowMap):
     """An `emit(tap, [S, F])` for refmodels.forward that keeps the rows and taps asked for."""
 
     def emit(tap: str, x: torch.Tensor) -> None:
@@ -75,25 +75,25 @@ def emitter(rec: TapRecorder, rows: RowMap):
     return emit
 
 
-def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:
+def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: HookRecorder) -> list[RequestOutput]:
     """Each request's full sequence in one forward (step 0)."""
     outputs = []
     for r, seq in enumerate(job.teacher):
         n_prompt = len(prompts[r])
         rec.step = 0
         logits = refmodels.forward(model, seq, emitter(rec, RowMap([r], [list(range(len(seq)))])))
-        _record_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
+        record_teacher_head(rec, r, logits, seq, n_prompt, job.scenario.requests[r])
         outputs.append(
             RequestOutput(
                 prompt_ids=list(seq[:n_prompt]),
                 output_ids=list(seq[n_prompt:]),
-                logprobs=_chosen_logprobs(logits, seq, n_prompt),
+                logprobs=chosen_logprobs(logits, seq, n_prompt),
             )
         )
     return outputs
 
 
-def generate_all(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:
+def generate_all(model, job: RunJob, prompts: list[list[int]], rec: HookRecorder) -> list[RequestOutput]:
     """Target mode: requests one after another; steps numbered across them."""
     outputs, step = [], 0
     for r, req in enumerate(job.scenario.requests):
@@ -103,7 +103,7 @@ def generate_all(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder)
     return outputs
 
 
-def generate_one(model, r: int, req: Request, prompt: list[int], rec: TapRecorder, step0: int):
+def generate_one(model, r: int, req: Request, prompt: list[int], rec: HookRecorder, step0: int):
     """-> (RequestOutput, steps taken). Step 0 reports the prompt rows, step k the row of position len-1."""
     s = req.sampling
     stops = set() if s.get("ignore_eos") else set(model.config.eos_token_ids)

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
 from tools.engines.protocol import RunJob
 from tools.probe import trace as trace_io
+from tools.procgroup import run_in_group
 
 DIFFDX_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT_S = 600.0
@@ -42,10 +42,12 @@ class EngineRunError(RuntimeError):
         self.log = log
 
 
-def worker_env(source_root: str | Path | None, threads: int | None = None) -> dict:
+def worker_env(source_root: str | Path | None, threads: int | None = None, engine: str | None = None) -> dict:
+    from tools.engines import worker_paths
+
     env = dict(os.environ)
     paths = [str(Path(source_root).resolve())] if source_root else []  # the worker runs in another cwd
-    paths += _release_dependency_paths(source_root)  # an old transformers release's own dependencies
+    paths += worker_paths(engine, source_root) if engine else []  # e.g. an old release's own dependencies
     paths.append(str(DIFFDX_ROOT))
     paths += [
         os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
@@ -56,15 +58,6 @@ def worker_env(source_root: str | Path | None, threads: int | None = None) -> di
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
-
-
-def _release_dependency_paths(source_root) -> list[str]:
-    from tools.engines.hf_compat import ReleaseDependencyError, dependency_paths
-
-    try:
-        return dependency_paths(source_root)
-    except ReleaseDependencyError as e:
-        raise EngineRunError(str(e), "crash") from None
 
 
 def run_engine(
@@ -79,7 +72,8 @@ def run_engine(
     try:
         (tmp / "job.json").write_text(json.dumps(job.to_json()))
         started = time.monotonic()
-        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], worker_env(source_root), tmp, timeout)
+        env = worker_env(source_root, engine=job.spec.engine)
+        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], env, tmp, timeout)
         if code is None:
             raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
         if code != 0:
@@ -126,25 +120,7 @@ def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) ->
 
 
 def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", WORKER_MODULE, *args],
-        env=env,
-        cwd=str(cwd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        log, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return None, proc.communicate()[0] or ""
-    except BaseException:
-        _kill_group(proc)  # interrupted: leave no worker behind
-        proc.communicate()
-        raise
-    return proc.returncode, log
+    return run_in_group([sys.executable, "-m", WORKER_MODULE, *args], cwd, env, timeout)
 
 
 def fork_server(env: dict) -> ForkServer | None:
@@ -212,13 +188,6 @@ def log_run(job: RunJob, timing: dict, wall_s: float) -> None:
 
 def keep_temp() -> bool:
     return os.environ.get("DIFFDX_KEEP_TEMP", "") not in ("", "0")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _last_line(log: str) -> str:

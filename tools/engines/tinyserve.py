@@ -47,8 +47,9 @@ from pathlib import Path
 import torch
 
 from tools.engines.injection import Injection
-from tools.engines.protocol import Capabilities, RunJob
-from tools.probe.taps import HEAD_TAPS, matches, order_key, split
+from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
+from tools.engines.recorder import HookRecorder, hooks_held
+from tools.probe.taps import HEAD_TAPS, matches, split
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec
 
@@ -59,6 +60,33 @@ OPTION_ALIASES = {
     "num_gpu_blocks": "num_kv_blocks",
 }
 MAX_STEPS = 100_000
+# Features that hide bugs until they are on, cheapest first (tools/reproduce.py switches them on).
+TRIGGER_AXES = (
+    TriggerAxis(
+        "prefix_caching",
+        {"enable_prefix_caching": True},
+        "prefix caching on, later requests share a 36-token prefix",
+        "prefix caching",
+        ("prefix", "cache hit", "cached prompt", "shared prompt"),
+        "shared_prefix",
+    ),
+    TriggerAxis(
+        "chunked_prefill",
+        {"enable_chunked_prefill": True, "max_num_batched_tokens": 16},
+        "chunked prefill with a 16-token budget, long prompt",
+        "chunked prefill",
+        ("chunk",),
+        "long_prompt",
+    ),
+    TriggerAxis(
+        "small_blocks",
+        {"block_size": 4},
+        "KV blocks of 4 tokens, long prompt",
+        "small KV blocks",
+        ("block", "paged", "page size"),
+        "long_prompt",
+    ),
+)
 
 _LLAMA_LAYER = (
     ("input_layernorm", (("attn_norm", "normed"), ("<prev>.out", "residual"))),
@@ -163,18 +191,16 @@ def write_output(output, reader: str, module, new: torch.Tensor):
     raise ValueError(f"tap reader {reader!r} cannot be replaced")
 
 
-class TapRecorder:
+class TapRecorder(HookRecorder):
     """Forward hooks that copy canonical taps out of a running tinyserve engine, and inject
-    reference rows at the taps an Injection names (tensor replacement)."""
+    reference rows at the taps an Injection names (tensor replacement); tinyserve's forward
+    context says which request and position each packed row is."""
 
     def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype, inject=None):
-        self.runner, self.patterns, self.out_dtype, self.inject = runner, patterns, out_dtype, inject
-        self.records: list[TapRecord] = []
+        super().__init__(patterns, inject, out_dtype)
+        self.runner = runner
         self.hooks = self._hook_plan(arch, num_layers)
         self._forward_context = import_tinyserve().forward_context.get_forward_context
-
-    def _touched(self, tap: str) -> bool:
-        return matches(tap, self.patterns) or (self.inject is not None and self.inject.wants(tap))
 
     def _hook_plan(self, arch: str, num_layers: int) -> list[tuple[str, str, list]]:
         plan = []
@@ -186,9 +212,9 @@ class TapRecorder:
             named = [(t.replace("<last>", f"layers.{num_layers - 1}"), r) for t, r in taps]
             plan.append((path, rows, named))
         return [
-            (p, rows, [(t, r) for t, r in taps if self._touched(t)])
+            (p, rows, [(t, r) for t, r in taps if self.touches(t)])
             for p, rows, taps in plan
-            if any(self._touched(t) for t, _ in taps)
+            if any(self.touches(t) for t, _ in taps)
         ]
 
     @staticmethod
@@ -207,8 +233,8 @@ class TapRecorder:
                     output = self._inject(ctx, tap, rows, reader, module, output)
             for tap, reader in taps:
                 tensor = read_output(output, reader, module)
-                if tensor is not None and matches(tap, self.patterns):
-                    self._record(ctx, tap, rows, tensor.detach().clone())
+                if tensor is not None and self.wants(tap):
+                    self._record(ctx, tap, rows, tensor)
             return None if output is given else output
 
         return hook
@@ -219,7 +245,7 @@ class TapRecorder:
             return output
         seq_index, positions = self._rows(ctx, rows)
         requests = [int(ctx.request_ids[s]) for s in seq_index.tolist()]
-        new = self.inject.apply(tap, tensor, requests, positions.tolist())
+        new = self.injected(tap, tensor, requests, positions.tolist())
         return output if new is tensor else write_output(output, reader, module, new)
 
     @staticmethod
@@ -233,15 +259,7 @@ class TapRecorder:
         seq_index, positions = self._rows(ctx, rows)
         for s in seq_index.unique(sorted=True).tolist():
             mask = seq_index == s
-            self.records.append(
-                TapRecord(
-                    name=tap,
-                    step=ctx.step,
-                    request=int(ctx.request_ids[s]),
-                    positions=positions[mask].tolist(),
-                    tensor=tensor[mask].to(self.out_dtype).reshape(int(mask.sum()), -1),
-                )
-            )
+            self.add(tap, ctx.step, int(ctx.request_ids[s]), positions[mask].tolist(), tensor[mask])
 
     def _module(self, path: str):
         # "model.model.layers.0.mlp" -> runner.model.get_submodule("model.layers.0.mlp")
@@ -251,17 +269,10 @@ class TapRecorder:
 
     @contextmanager
     def attached(self):
-        handles = []
-        try:
+        with hooks_held() as held:
             for path, rows, taps in self.hooks:
-                handles.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
+                held.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
             yield self
-        finally:
-            for h in handles:
-                h.remove()
-
-    def ordered(self) -> list[TapRecord]:
-        return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
     def discard_rejected(self, rejected) -> None:
         """Speculative decoding: drop rows a verification forward computed from drafts that were
@@ -327,6 +338,15 @@ def engine_options(spec: EngineSpec, native_kernels) -> dict:
     options = {OPTION_ALIASES.get(k, k): v for k, v in spec.options.items()}
     options["native_kernels"] = sorted(set(options.get("native_kernels", [])) | set(native_kernels))
     return {**options, "dtype": spec.dtype}
+
+
+def reference_weights(options: dict) -> dict:
+    """Trace meta `weights`: the weight-only quantization the reference must mirror (tools.probe.quant),
+    as the user asked for it (options, else the documented default group size), never as the tree
+    under test resolved it: a wrong default there is a bug to find, not to copy."""
+    if not options.get("quantization"):
+        return {}
+    return {"weights": {"scheme": options["quantization"], "group_size": int(options.get("quant_group_size", 32))}}
 
 
 def sampling_params(ts, request, max_tokens: int, teacher: bool):
@@ -407,7 +427,7 @@ class TinyServeEngine:
         fields = config_fields(Path(source_root or SUBJECT_ROOT) / "tinyserve" / "config.py")
         return None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
 
-    def capabilities(self, spec: EngineSpec) -> Capabilities:
+    def capabilities(self) -> Capabilities:
         ts = import_tinyserve()
         return Capabilities(
             taps=("embed", "layers.*", *HEAD_TAPS),
@@ -416,6 +436,8 @@ class TinyServeEngine:
             dtypes=("float64", "float32", "bfloat16", "float16"),
             tp_sizes=(1, 2),
             replace=REPLACEABLE,
+            trigger_axes=TRIGGER_AXES,
+            option_aliases=OPTION_ALIASES,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
@@ -464,6 +486,7 @@ class TinyServeEngine:
         replaced = {"replaced_rows": dict(recorder.inject.replaced)} if recorder.inject is not None else {}
         return {
             **replaced,
+            **reference_weights(options),
             "options": options,
             "tinyserve_file": ts.__file__,
             "steps": engine.step_count,

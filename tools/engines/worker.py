@@ -1,5 +1,5 @@
 """Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
-`python -m tools.engines.worker --capabilities SPEC_JSON` (prints the engine's Capabilities as JSON)."""
+`python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,10 @@ def quiet_third_party() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
-def capabilities(spec_json: str) -> int:
-    from dataclasses import asdict
-
+def capabilities(engine: str, out_path: str) -> int:
     from tools.engines import get_engine
-    from tools.scenario import EngineSpec
 
-    spec = EngineSpec(**json.loads(spec_json))
-    print(json.dumps(asdict(get_engine(spec.engine).capabilities(spec))))
+    Path(out_path).write_text(json.dumps(get_engine(engine).capabilities().to_json()))
     return 0
 
 
@@ -64,7 +60,7 @@ if __name__ == "__main__":
 
     quiet_third_party()
     try:
-        sys.exit(capabilities(sys.argv[2]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
+        sys.exit(capabilities(*sys.argv[2:4]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
     except UnknownEngineError as e:  # a one-line error, not a traceback, in the caller's message
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

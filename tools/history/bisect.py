@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -39,6 +38,7 @@ from typing import Protocol
 
 from tools import progress
 from tools.history.gitrepo import CommitInfo, commit_diff, commit_info, first_parent_range, temporary_worktree
+from tools.procgroup import run_in_group
 
 VERDICTS = ("good", "bad", "skip")
 GIT_BISECT_SKIP = 125
@@ -331,23 +331,7 @@ def _exit_verdict(code: int, exit_verdicts: Mapping[int, str] | None) -> str | N
 
 
 def _run_group(cmd: list[str], cwd: Path, timeout: float | None, env: dict) -> tuple[int, str]:
-    proc = subprocess.Popen(
-        cmd, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise OracleTimeout(f"{cmd[0]} killed after {timeout}s") from None
-    except BaseException:
-        _kill_group(proc)  # interrupted: leave no orphan behind
-        raise
-    return proc.returncode, (out or "").strip()[-300:]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.communicate()
+    code, out = run_in_group(cmd, cwd, env, timeout)
+    if code is None:
+        raise OracleTimeout(f"{cmd[0]} killed after {timeout}s")
+    return code, out.strip()[-300:]

@@ -17,9 +17,12 @@ def probe_oracle(repro: Reproduction, prober: Prober):
     """(worktree, sha) -> good | bad; an engine crash or hang raises, which bisection counts as skip."""
 
     def oracle(worktree: Path, commit: str, timeout: float | None = None) -> str:
-        prober.timeout = timeout or ORACLE_TIMEOUT_S
         try:
-            return "bad" if prober.probe(repro.scenario, worktree).diverged else "good"
+            return (
+                "bad"
+                if prober.probe(repro.scenario, worktree, timeout=timeout or ORACLE_TIMEOUT_S).diverged
+                else "good"
+            )
         except EngineRunError as e:
             raise RuntimeError(f"{e.kind}: {e}") from None
 
@@ -44,11 +47,7 @@ def find_culprit(
     if good == head:
         return None
     before = prober.engine_runs
-    saved = prober.timeout
-    try:
-        result = bisect_commits(repo, good, head, probe_oracle(repro, prober), timeout_s=timeout_s, votes=votes)
-    finally:
-        prober.timeout = saved
+    result = bisect_commits(repo, good, head, probe_oracle(repro, prober), timeout_s=timeout_s, votes=votes)
     tested = [(t.sha, t.verdict) for t in result.trials]
     runs = prober.engine_runs - before
     if result.first_bad is None:

@@ -26,7 +26,11 @@ _HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 class GitError(RuntimeError):
-    """A git command failed; the message carries git's own stderr."""
+    """A git command failed; the message carries git's own stderr (also `stderr`, `returncode`)."""
+
+    def __init__(self, message: str, returncode: int | None = None, stderr: str = ""):
+        super().__init__(message)
+        self.returncode, self.stderr = returncode, stderr
 
 
 class PatchConflict(GitError):
@@ -111,12 +115,37 @@ def open_repo(path: str | Path) -> git.Repo:
         raise GitError(f"not a git repository: {path}") from exc
 
 
-def _git(repo_path: str | Path, *args: str, stdin: str | None = None) -> str:
-    """Run one read-only (or worktree-local) git command, return stdout; GitError on failure."""
-    proc = subprocess.run(["git", *_NO_HOOKS, "-C", str(repo_path), *args], input=stdin, capture_output=True, text=True)
+def run_git(
+    cwd: str | Path,
+    *args: str,
+    stdin: str | bytes | None = None,
+    env: dict | None = None,
+    timeout: float | None = None,
+) -> str:
+    """The one way diffdx runs the git command line: `git ARGS` in `cwd` -> stdout (decoded);
+    GitError (with git's stderr and exit code) when it fails, cannot start or times out."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    command = " ".join(_without_config(args)[:3])
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=data, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GitError(f"git {command} failed: {e}") from None
     if proc.returncode != 0:
-        raise GitError(f"git {' '.join(args[:3])} failed: {proc.stderr.strip()}")
-    return proc.stdout
+        err = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise GitError(f"git {command} failed: {err}", proc.returncode, err)
+    return proc.stdout.decode(errors="replace")
+
+
+def _without_config(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The command and its arguments, without leading `-c key=value` pairs (for messages)."""
+    while len(args) >= 2 and args[0] == "-c":
+        args = args[2:]
+    return args
+
+
+def _git(repo_path: str | Path, *args: str, stdin: str | None = None) -> str:
+    """Run one read-only (or worktree-local) git command, hooks off, return stdout; GitError on failure."""
+    return run_git(repo_path, *_NO_HOOKS, *args, stdin=stdin)
 
 
 def resolve(repo_path: str | Path, ref: str) -> str:
@@ -146,19 +175,11 @@ def commit_info(repo_path: str | Path, ref: str) -> CommitInfo:
 
 
 def is_ancestor(repo_path: str | Path, ancestor: str, descendant: str) -> bool:
-    proc = subprocess.run(
-        [
-            "git",
-            "-C",
-            str(repo_path),
-            "merge-base",
-            "--is-ancestor",
-            resolve(repo_path, ancestor),
-            resolve(repo_path, descendant),
-        ],
-        capture_output=True,
-    )
-    return proc.returncode == 0
+    try:
+        _git(repo_path, "merge-base", "--is-ancestor", resolve(repo_path, ancestor), resolve(repo_path, descendant))
+    except GitError:
+        return False
+    return True
 
 
 def first_parent_range(repo_path: str | Path, good: str, bad: str) -> list[CommitInfo]:

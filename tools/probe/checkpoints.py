@@ -95,16 +95,16 @@ def ensure_checkpoint(model: dict) -> Path:
     return out
 
 
-def reference_checkpoint(scenario) -> Path:
-    """The checkpoint the reference loads: the target's own, or, when the target quantizes its
-    weights (options.quantization), a copy holding the same dequantized weights (tools.probe.quant)."""
-    path = ensure_checkpoint(scenario.model)
-    options = scenario.target.options
-    if not options.get("quantization"):
+def reference_checkpoint(model: dict, weights: dict | None = None) -> Path:
+    """The checkpoint the reference loads: the target's own, or, when the target run reported that it
+    quantizes its weights (trace meta `weights`: scheme, group_size), a copy holding the same
+    dequantized weights (tools.probe.quant)."""
+    path = ensure_checkpoint(model)
+    if not weights:
         return path
     from tools.probe.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
 
-    return ensure_dequantized(path, options["quantization"], int(options.get("quant_group_size", DEFAULT_GROUP_SIZE)))
+    return ensure_dequantized(path, weights["scheme"], int(weights.get("group_size", DEFAULT_GROUP_SIZE)))
 
 
 def write_checkpoint(model: dict, out: Path) -> None:

@@ -91,7 +91,9 @@ class Prober:
         native_kernels=(),
         coverage: bool = False,
         function_checks: bool = False,
+        timeout: float | None = None,
     ) -> Trace:
+        """`timeout`: seconds for this run (default: the prober's)."""
         check_spec(scenario.target, self.device)  # an option the adapter cannot tap is refused before any engine starts
         job = RunJob(
             scenario,
@@ -105,13 +107,22 @@ class Prober:
         )
         self.engine_runs += 1
         with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
-            return self._logged("target", job, source, run_engine(job, source, timeout=self.timeout))
+            return self._logged("target", job, source, run_engine(job, source, timeout=timeout or self.timeout))
 
     def run_reference(
-        self, scenario: Scenario, dtype: str, teacher: list[list[int]], source: Path | None, taps=None
+        self,
+        scenario: Scenario,
+        dtype: str,
+        teacher: list[list[int]],
+        source: Path | None,
+        taps=None,
+        weights: dict | None = None,
+        timeout: float | None = None,
     ) -> Trace:
+        """`weights`: the target run's quantization (its trace meta), which the reference mirrors;
+        `timeout`: seconds for this run (default: the prober's)."""
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
-        checkpoint = str(reference_checkpoint(scenario))
+        checkpoint = str(reference_checkpoint(scenario.model, weights))
         key = json.dumps(
             [
                 spec.engine,
@@ -131,7 +142,7 @@ class Prober:
             self.engine_runs += 1
             with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
                 self._reference_cache[key] = self._logged(
-                    "reference", job, source, run_engine(job, source, timeout=self.timeout)
+                    "reference", job, source, run_engine(job, source, timeout=timeout or self.timeout)
                 )
         return self._reference_cache[key]
 
@@ -156,16 +167,18 @@ class Prober:
         taps=None,
         native_kernels=(),
         coverage: bool = False,
+        timeout: float | None = None,
     ) -> ProbeResult:
+        """`timeout`: seconds for each engine run of this probe (default: the prober's)."""
         runs_before = self.engine_runs
-        target = self.run_target(scenario, target_source, taps, native_kernels, coverage)
-        teacher = target.sequences()
+        target = self.run_target(scenario, target_source, taps, native_kernels, coverage, timeout)
+        teacher, weights = target.sequences(), target.meta.get("weights")
         high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
-        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps)
+        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights, timeout)
         low = (
             high
             if scenario.target.dtype == high_dtype
-            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps)
+            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps, weights, timeout)
         )
         result = compare_traces(scenario, target, low, high)
         result.engine_runs = self.engine_runs - runs_before

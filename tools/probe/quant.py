@@ -1,8 +1,9 @@
-"""Weight-only quantization math, diffdx's own copy (no subject code imported).
+"""Weight-only quantization math, diffdx's own copy (no engine code imported).
 
-The reference for a quantized target is transformers running the *dequantized*
-weights, so diffdx must reproduce the target's quantize -> dequantize round trip
-bit for bit. Schemes (the contract both sides implement):
+The reference for a quantized target runs the *dequantized* weights, so diffdx must
+reproduce the target's quantize -> dequantize round trip bit for bit. A target run says
+which scheme it used in its trace meta (`weights`, set by its adapter). Schemes (the
+contract both sides implement):
 
     int8  per output channel, symmetric:   scale = amax|w_row| / 127, q = round(w / scale) in [-127, 127]
     int4  per group of `group_size` input columns, asymmetric:

@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.engines import get_engine
+from tools.engines import engine_capabilities
 from tools.engines.protocol import RunJob
 from tools.engines.runner import EngineRunError, run_engine
 from tools.probe import compare
@@ -125,8 +125,8 @@ def rows_at(reference: Trace, taps: list[str]) -> Trace:
     return Trace(engine=reference.engine, dtype=reference.dtype, outputs=reference.outputs, records=records)
 
 
-def check_replaceable(scenario: Scenario, taps: list[str]) -> None:
-    caps = get_engine(scenario.target.engine).capabilities(scenario.target)
+def check_replaceable(scenario: Scenario, taps: list[str], target_source: Path | None = None) -> None:
+    caps = engine_capabilities(scenario.target.engine, target_source)  # the tree under test's adapter
     bad = [t for t in taps if not tapnames.matches(t, caps.replace)]
     if bad:
         raise ValueError(
@@ -163,7 +163,7 @@ class Replacer:
     def at(self, taps: list[str] | str) -> Replacement:
         """Inject the reference's rows at `taps` (all at once) and compare again."""
         taps = [taps] if isinstance(taps, str) else list(taps)
-        check_replaceable(self.scenario, taps)
+        check_replaceable(self.scenario, taps, self.source)
         control = self.control()
         with tempfile.TemporaryDirectory(prefix="diffdx-replace-") as tmp:
             target = self._run(str(trace_io.save(rows_at(self.reference, taps), Path(tmp) / "rows")))
@@ -178,7 +178,9 @@ class Replacer:
         low = (
             self.reference
             if sc.target.dtype == sc.reference.dtype
-            else self.prober.run_reference(sc, sc.target.dtype, teacher, self.reference_source)
+            else self.prober.run_reference(
+                sc, sc.target.dtype, teacher, self.reference_source, weights=target.meta.get("weights")
+            )
         )
         result = compare_traces(sc, target, low, self.reference)
         result.engine_runs = 1
@@ -224,7 +226,8 @@ def main(argv=None) -> int:
         sc = load(args.scenario)
         prober = Prober(device=args.device)
         probed = prober.probe(sc, args.target_source)
-        reference = prober.run_reference(sc, sc.reference.dtype, probed.target.sequences(), None)
+        weights = probed.target.meta.get("weights")
+        reference = prober.run_reference(sc, sc.reference.dtype, probed.target.sequences(), None, weights=weights)
         result = replace_at(sc, args.tap, reference, args.target_source, prober)
     except (ScenarioError, EngineRunError, FileNotFoundError, ValueError) as e:
         print(f"replace failed: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from tools.engines import BUILTIN, DEFAULT_ENGINE, MENTIONS
 from tools.errors import BadInput
 from tools.scenario import Scenario, ScenarioError, from_dict
 
@@ -18,15 +19,16 @@ MAX_PROMPT_CHARS = 4000
 REQUIRED = ("model", "prompts")  # without these nothing can be run
 USEFUL = ("engine", "engine_version", "dtype", "max_tokens", "temperature", "good_ref")
 
-# Engine name -> how reporters write it (names, flags, APIs). `transformers` is usually the
-# reference a reporter compares against, so it is the engine under test only when no other is named.
+# Engine name -> how reporters write it (names, flags, APIs): engines reporters use, then the
+# registered ones (tools.engines: their name, or how the registry says reporters write them). The
+# default engine is usually the reference a reporter compares against, so it is the engine under
+# test only when no other is named.
 ENGINES = {
     "vllm": r"\bvllm\b|SamplingParams|--max-num-seqs|--enable-(prefix-caching|chunked-prefill)|enable_prefix_caching|--kv-cache-dtype|tensor_parallel_size",
     "sglang": r"\bsglang\b|radix.cache",
     "llama.cpp": r"llama\.cpp|llama-(server|cli|bench)|\.gguf\b",
     "tensorrt-llm": r"tensorrt-llm|trt-llm|trtllm",
-    "tinyserve": r"\btinyserve\b",
-    "transformers": r"\btransformers\b|\bmodel\.generate\(",
+    **{name: rf"\b{re.escape(name)}\b" + (f"|{MENTIONS[name]}" if name in MENTIONS else "") for name in BUILTIN},
 }
 # Model family in a model name -> HF `model_type`; more specific names first.
 ARCHS = (
@@ -88,7 +90,7 @@ def _largest(patterns: list[str], text: str) -> int | None:
 
 
 def find_engine(text: str) -> str | None:
-    hits = [(name == "transformers", m.start(), name) for name, p in ENGINES.items() if (m := re.search(p, text, re.I))]
+    hits = [(name == DEFAULT_ENGINE, m.start(), name) for name, p in ENGINES.items() if (m := re.search(p, text, re.I))]
     return min(hits)[2] if hits else None
 
 
@@ -339,7 +341,7 @@ def require_scenario(partial: dict) -> Scenario:
             + ". Add them to the issue or give a repro.toml (--repro)"
         )
     data = {k: v for k, v in partial.items() if k != "meta"}
-    data["target"] = {"engine": "transformers", **partial.get("target", {})}
+    data["target"] = {"engine": DEFAULT_ENGINE, **partial.get("target", {})}
     try:
         return from_dict(data)
     except ScenarioError as e:

@@ -106,11 +106,32 @@ def test_a_crash_is_an_engine_run_error(engine, tmp_path):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_capabilities_are_resolved_in_the_worker(engine, generated):
-    caps = engine_capabilities(scenario(engine).target)
+    caps = engine_capabilities(engine)
     assert isinstance(caps, Capabilities) and "float32" in caps.dtypes and 1 in caps.tp_sizes
     assert all(isinstance(k, str) for k in caps.kernels)
+    assert engine_capabilities(engine) is caps  # one worker call per (engine, tree) in a run
     uncovered = [t for t in trace_of(engine, generated).taps() if not matches(t, caps.taps)]
     assert not uncovered, f"{engine} reports taps its capabilities do not declare: {uncovered}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_trigger_axes_make_runnable_variants(engine):
+    """Each trigger axis the adapter declares names a known workload, words an issue can use, and
+    options the engine takes; the trigger search turns it into a valid scenario."""
+    from tools.engines.protocol import check_spec
+    from tools.reproduce import WORKLOADS, variants
+
+    caps, sc = engine_capabilities(engine), scenario(engine)
+    for axis in caps.trigger_axes:
+        assert axis.workload in WORKLOADS and axis.words and axis.label and axis.options, axis
+        assert set(caps.canonical_options(axis.options)) == set(axis.options), "axes use the engine's own names"
+    by_name = {v.name: v for v in variants(sc)}
+    for axis in caps.trigger_axes:
+        variant = by_name[axis.name].apply(sc, 512)
+        assert from_dict(variant.to_dict()) == variant
+        assert axis.options.items() <= variant.target.options.items()
+        check_spec(variant.target)
+        assert not by_name[axis.name].features[0].exercised(sc) and by_name[axis.name].features[0].exercised(variant)
 
 
 def test_the_toy_adapter_is_found_only_where_the_worker_looks():
@@ -152,6 +173,16 @@ def test_capabilities_come_from_the_tree_under_test(tmp_path):
     shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
     with open(fork / "tinyserve" / "ops" / "__init__.py", "a") as f:
         f.write("\nKERNELS = KERNELS + ['fork_only_kernel']\n")
-    spec = scenario("tinyserve").target
-    assert "fork_only_kernel" in engine_capabilities(spec, fork).kernels
-    assert "fork_only_kernel" not in engine_capabilities(spec).kernels
+    assert "fork_only_kernel" in engine_capabilities("tinyserve", fork).kernels
+    assert "fork_only_kernel" not in engine_capabilities("tinyserve").kernels
+
+
+def test_an_adapter_in_the_tree_under_test_answers_for_it(tmp_path):
+    """A fork that carries its own adapter (the toy engine, declaring a kernel) is asked, not the
+    copy on the caller's path: the tree comes first on the worker's path."""
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    source = (TOY_DIR / "toy_engine.py").read_text()
+    (fork / "toy_engine.py").write_text(source.replace("kernels=()", "kernels=('fork_only_kernel',)"))
+    assert engine_capabilities(TOY, fork).kernels == ("fork_only_kernel",)
+    assert engine_capabilities(TOY).kernels == ()

@@ -129,7 +129,7 @@ def positions_of(trace, name, req):
 
 def test_native_kernels_and_capabilities():
     eng = TinyServeEngine()
-    caps = eng.capabilities(scenario("llama").target)
+    caps = eng.capabilities()
     assert "paged_attention" in caps.kernels and caps.teacher_forcing
     trace = eng.run(job(scenario("llama"), taps=["sampler.*"], native_kernels=["paged_attention"]))
     assert trace.meta["kernels"]["paged_attention"] == "native"

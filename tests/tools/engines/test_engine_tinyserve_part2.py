@@ -7,7 +7,7 @@ from tools.engines.tinyserve import TinyServeEngine
 from tools.probe.checkpoints import ensure_checkpoint
 from tools.probe.prober import TEXT_TAP, Prober, compare_traces, text_divergence
 from tools.probe.trace import RequestOutput, Trace
-from tools.scenario import EngineSpec, from_dict
+from tools.scenario import from_dict
 
 LOOP = list(range(100, 108))
 
@@ -69,7 +69,7 @@ def test_probe_reports_no_divergence_on_part2_features(name):
 
 
 def test_capabilities_list_tensor_parallel_sizes():
-    assert TinyServeEngine().capabilities(EngineSpec("tinyserve")).tp_sizes == (1, 2)
+    assert TinyServeEngine().capabilities().tp_sizes == (1, 2)
 
 
 def trace(texts):

@@ -1,0 +1,137 @@
+"""Tap recording shared by the adapters of PyTorch-module engines (tinyserve, transformers, refmodel).
+
+An adapter finds the tensors (forward hooks, an emit callback) and says which request and token
+position each row belongs to; `HookRecorder` decides what is wanted, injects reference rows
+(tensor replacement, tools/engines/injection.py), copies what it keeps (hooks must clone:
+fused in-place kernels overwrite buffers later) in float32 or wider, and orders the records.
+`hooks_held` removes every hook it was handed, whatever happens.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from tools.engines.injection import Injection
+from tools.probe.taps import matches, order_key
+from tools.probe.trace import TapRecord
+from tools.scenario import Request
+
+TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+@dataclass
+class RowMap:
+    """Which rows of a [batch, seq, F] forward belong to which request and position."""
+
+    requests: list[int]  # batch row -> request index
+    positions: list[list[int]]  # batch row -> position of each seq column (-1 = padding)
+
+    def flat(self, seq: int) -> tuple[list[int], list[int]]:
+        """Rows of x.reshape(B * seq, ...) -> (request, position) lists."""
+        return ([r for r in self.requests for _ in range(seq)], [p for pos in self.positions for p in pos[-seq:]])
+
+
+def copy_rows(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    # [N, ...] -> [N, F]: a detached copy, in `dtype` (default: float64 stays, anything else float32)
+    wide = dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
+    return x.detach().to(wide).reshape(x.shape[0], -1).clone()
+
+
+class HookRecorder:
+    """Collects canonical tap records (and injects reference rows) for one engine run.
+
+    `step` and `rows` describe the forward now running, for adapters whose tensors are
+    [batch, seq, F] (`touch`, `record`); others pass requests and positions to `add` themselves."""
+
+    def __init__(self, patterns, inject: Injection | None = None, out_dtype: torch.dtype | None = None):
+        self.patterns, self.inject, self.out_dtype = patterns, inject, out_dtype
+        self.records: list[TapRecord] = []
+        self.step = 0
+        self.rows: RowMap | None = None
+
+    def wants(self, tap: str) -> bool:
+        """The caller asked for this tap."""
+        return matches(tap, self.patterns)
+
+    def touches(self, tap: str) -> bool:
+        """A hook must see this tap: it is wanted, or reference rows are injected there."""
+        return self.wants(tap) or (self.inject is not None and self.inject.wants(tap))
+
+    def add(self, tap: str, step: int, request: int, positions: list[int], rows: torch.Tensor) -> None:
+        """rows [N, ...] computed for `positions` of one request at one step -> a record (copied)."""
+        self.records.append(TapRecord(tap, step, request, list(positions), copy_rows(rows, self.out_dtype)))
+
+    def injected(self, tap: str, x: torch.Tensor, requests: list[int], positions: list[int]) -> torch.Tensor:
+        """x [N, ...] -> x with the reference's rows at this tap put in (x itself when none apply)."""
+        if self.inject is None or not self.inject.wants(tap):
+            return x
+        return self.inject.apply(tap, x, requests, positions)
+
+    def touch(self, tap: str, x: torch.Tensor) -> torch.Tensor:  # x: [B, S, F] -> x, reference rows injected
+        if self.inject is not None and self.inject.wants(tap):
+            requests, positions = self.rows.flat(x.shape[1])
+            x = self.injected(tap, x.reshape(-1, *x.shape[2:]), requests, positions).reshape(x.shape)
+        if self.wants(tap):
+            self.record(tap, x)
+        return x
+
+    def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F], rows per `self.rows`
+        for b, req in enumerate(self.rows.requests):
+            pos = self.rows.positions[b]
+            keep = [s for s, p in enumerate(pos) if p >= 0]
+            if keep:
+                self.add(tap, self.step, req, [pos[s] for s in keep], x[b, keep])
+
+    def ordered(self) -> list[TapRecord]:
+        """Records in (step, execution order, request) order, as a Trace holds them."""
+        return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
+
+
+def record_teacher_head(rec: HookRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request):
+    """Head taps of one teacher-forced sequence (step 0): its logits, and the reference sampler's
+    logits, probabilities and chosen tokens at every sampled position (tools.probe.sampling_ref)."""
+    from tools.probe.sampling_ref import processed_logits
+
+    positions = list(range(len(seq)))
+    if rec.wants("logits"):
+        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, torch.float64)))
+    sampled = list(range(n_prompt - 1, len(seq) - 1))
+    if not sampled or not rec.wants("sampler.*"):
+        return
+    processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
+    probs = torch.softmax(truncated, dim=-1)
+    chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)
+    for name, x in (("sampler.logits", processed), ("sampler.probs", probs), ("sampler.token", chosen)):
+        if rec.wants(name):
+            rec.records.append(TapRecord(name, 0, r, sampled, x))
+
+
+def chosen_logprobs(logits: torch.Tensor, seq: list[int], n_prompt: int) -> list[float]:
+    lp = torch.log_softmax(logits.double(), dim=-1)
+    return [float(lp[p, seq[p + 1]]) for p in range(n_prompt - 1, len(seq) - 1)]
+
+
+class Undo:
+    """A restore function that `hooks_held` treats as a hook handle."""
+
+    def __init__(self, restore):
+        self.remove = restore
+
+
+@contextmanager
+def hooks_held():
+    """Yields a list for hook handles (anything with `.remove()`); all are removed on exit, last first."""
+    held: list = []
+    try:
+        yield held
+    finally:
+        for handle in reversed(held):
+            handle.remove()
