@@ -171,7 +171,7 @@ class Prober:
     ) -> ProbeResult:
         """`timeout`: seconds for each engine run of this probe (default: the prober's)."""
         runs_before = self.engine_runs
-        target = self.run_target(scenario, target_source, taps, native_kernels, coverage, timeout)
+        target = self.run_target(scenario, target_source, taps, native_kernels, coverage, timeout=timeout)
         teacher, weights = target.sequences(), target.meta.get("weights")
         high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
         high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights, timeout)
