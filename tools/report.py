@@ -38,6 +38,8 @@ HYPOTHESIS_KEYS = (
     "evidence",
     "suggested_fix",
 )
+# Beyond §5: the scorer's component label, which evidence verified it and the edit that did.
+HYPOTHESIS_EXTRAS = ("component", "verified_by", "verifying_diff")
 COST_KEYS = ("engine_runs", "llm_calls", "tokens_in", "tokens_out", "wall_s")
 DIVERGENCE_KEYS = ("tap", "step", "requests", "positions", "ratio")
 

@@ -10,6 +10,7 @@ from tools.probe.compare import THRESHOLD, Divergence, TapStat
 from tools.probe.prober import ProbeResult
 from tools.report import (
     COST_KEYS,
+    HYPOTHESIS_EXTRAS,
     HYPOTHESIS_KEYS,
     REPORT_KEYS,
     build_report,
@@ -82,7 +83,7 @@ def test_report_keeps_the_contract():
     assert r["kernel"] == "paged_attention" and r["commit"] == {"sha": "a" * 40, "subject": "Speed up attention"}
     assert set(r["cost"]) == set(COST_KEYS)
     for i, h in enumerate(r["hypotheses"], 1):
-        assert h["rank"] == i and set(HYPOTHESIS_KEYS) <= set(h) <= set(HYPOTHESIS_KEYS) | {"component"}
+        assert h["rank"] == i and set(HYPOTHESIS_KEYS) <= set(h) <= set(HYPOTHESIS_KEYS) | set(HYPOTHESIS_EXTRAS)
     assert r["trigger"] == "a batch of 4" and r["precision"] == "logic" and len(r["trials"]) == 2
     assert r["bisection"]["tested"] == [["a" * 40, "bad"]] and r["llm_fallbacks"][0]["reason"] == "timeout"
     assert json.loads(json.dumps(r)) == r
