@@ -124,7 +124,8 @@ def verify_by_fixes(
         )
         spent += outcome.probes
         if outcome.verified:
-            mark_verified(h, "fix-template", f"the fix `{outcome.description}` removes the divergence", outcome.diff)
+            how = f"the fix `{outcome.description}` removes the divergence (edit {outcome.probes} tried on it)"
+            mark_verified(h, "fix-template", how, outcome.diff)
             break
         if outcome.probes:
             h.evidence.append(
