@@ -14,6 +14,7 @@ from tools.engines.runner import EngineRunError
 from tools.history.gitrepo import (
     GitError,
     PatchConflict,
+    apply_patch,
     temporary_worktree,
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
@@ -166,11 +167,7 @@ def fixed_by(tree: Path, h: Hypothesis, new_text: str, repro: Reproduction, prob
         if not restore_function(tree, h.file, h.function, new_text):
             return False
         forget_bytecode(path)
-        if prober.probe(repro.scenario, tree).diverged:
-            return False
-        return repro.baseline is None or not prober.probe(repro.baseline, tree).diverged
-    except EngineRunError:
-        return False  # the edit broke the engine: not a fix
+        return agrees(tree, repro, prober)
     finally:
         path.write_bytes(original)
         forget_bytecode(path)
@@ -197,3 +194,50 @@ def function_text(tree: Path, file: str, qualname: str) -> str | None:
 
 def function_diff(file: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{file}", f"b/{file}"))
+
+
+def verify_patch(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober, patch: str) -> FixOutcome:
+    """An LLM's patch for h, tried like a template edit; the verdict goes into h's evidence."""
+    outcome = try_patch(repo, h, repro, prober, patch)
+    if outcome.verified:
+        mark_verified(h, "llm-patch", "the LLM's patch removes the divergence (confirmed by the probe)", outcome.diff)
+    elif outcome.failed:
+        h.evidence.append(f"the LLM's patch for {h.function} was not tried: {outcome.failed}")
+    else:  # the patch is refuted, not the function: a wrong fix says little about where the bug is
+        h.evidence.append(f"the LLM's patch for {h.function} applies but leaves the divergence")
+    return outcome
+
+
+def try_patch(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober, patch: str) -> FixOutcome:
+    """A proposed patch (unified diff, e.g. an LLM's) applied in a worktree of HEAD and re-probed.
+    It verifies only if the failing scenario then agrees (and a known agreeing one still does)."""
+    if not diverges(repro):
+        return FixOutcome(False, 0, failed="the failing scenario does not diverge: nothing to fix")
+    try:
+        with temporary_worktree(repo, "HEAD") as tree:
+            try:
+                changed = apply_patch(tree, patch)
+            except GitError as e:
+                return FixOutcome(False, 0, failed=f"does not apply: {first_line(str(e))}")
+            if not changed:
+                return FixOutcome(False, 0, failed="applies but changes nothing")
+            for name in changed:
+                forget_bytecode(tree / name)
+            return FixOutcome(agrees(tree, repro, prober), 1, "the proposed patch", patch)
+    except GitError as e:
+        return FixOutcome(False, 0, failed=first_line(str(e)))
+
+
+def agrees(tree: Path, repro: Reproduction, prober: Prober) -> bool:
+    """The failing scenario, and a nearby agreeing one if known, agree on `tree`."""
+    try:
+        if prober.probe(repro.scenario, tree).diverged:
+            return False
+        return repro.baseline is None or not prober.probe(repro.baseline, tree).diverged
+    except EngineRunError:
+        return False  # the edit broke the engine: not a fix
+
+
+def first_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")[:200]

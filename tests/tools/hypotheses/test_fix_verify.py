@@ -6,21 +6,15 @@ no template edit may leave changed. Every probe is a real engine run on a tiny s
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.faults_tinyserve import faulty_tree
+from tests.faults_tinyserve import ATTENTION_OPS, CAUSAL_STRICT, checkout_digest, tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.verify import FIX_PROBES_PER_FUNCTION, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
-ATTENTION = "tinyserve/ops/attention.py"
 NORM = "tinyserve/ops/norm.py"
-CAUSAL = ("    mask = kv_pos <= q_pos\n", "    mask = kv_pos < q_pos\n")  # a query no longer sees itself
 slow = pytest.mark.slow
 
 
@@ -35,40 +29,17 @@ def scenario(arch: str = "llama", dtype: str = "float32"):
     )
 
 
-def tree_at_base(dest: Path, edit: tuple[str, str] | None) -> Path:
-    """The subject in a git repo whose only commit already holds `edit` (a bug at base)."""
-    repo = faulty_tree(dest, [])
-    if edit:
-        path = repo / ATTENTION
-        path.write_text(path.read_text().replace(*edit))
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qa", "--amend", "-m", "base"],
-            cwd=repo,
-            check=True,
-        )
-    return repo
-
-
-def checkout_digest(repo: Path) -> str:
-    """Every byte of the checkout outside .git, and git's own view of it."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts):
-        h.update(str(path.relative_to(repo)).encode() + path.read_bytes())
-    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=repo, capture_output=True, text=True)
-    return h.hexdigest() + status.stdout
-
-
 def candidate(file: str, function: str) -> Hypothesis:
     return Hypothesis(file, function, None, "attention", 0.3, "", ["names the divergent component"], score=1.0)
 
 
 def test_a_mask_comparison_bug_at_base_is_verified_by_its_fix_template(tmp_path):
-    repo = tree_at_base(tmp_path / "repo", CAUSAL)
+    repo = tree_at_base(tmp_path / "repo", CAUSAL_STRICT)
     prober, sc = Prober(), scenario()
     repro = Reproduction(True, sc, prober.probe(sc, repo))
     assert repro.probe.diverged and repro.probe.first.tap.endswith("attn.out")
     before, runs = checkout_digest(repo), prober.engine_runs
-    softcap, visible = candidate(ATTENTION, "_softcap"), candidate(ATTENTION, "_visible")
+    softcap, visible = candidate(ATTENTION_OPS, "_softcap"), candidate(ATTENTION_OPS, "_visible")
     softcap.score = 2.0  # ranked first: its edits are tried, and fail, before the right function's
     ranked = verify(repo, [softcap, visible], repro, prober, None)
     assert ranked[0] is visible and visible.verified and visible.verified_by == "fix-template"
@@ -98,7 +69,7 @@ def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_p
     probe = prober.probe(sc, repo)
     assert not probe.diverged, probe.summary
     before, runs = checkout_digest(repo), prober.engine_runs
-    cands = [candidate(ATTENTION, "_softcap"), candidate(ATTENTION, "_visible"), candidate(NORM, "rms_norm")]
+    cands = [candidate(ATTENTION_OPS, "_softcap"), candidate(ATTENTION_OPS, "_visible"), candidate(NORM, "rms_norm")]
     for claimed in (False, True):  # a reproduction that claims a divergence its probe does not show
         checked = verify(repo, cands, Reproduction(claimed, sc, probe), prober, None)
         assert not any(h.verified or h.verified_by for h in checked)
