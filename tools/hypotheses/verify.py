@@ -45,7 +45,8 @@ def verify(
             h.evidence.append(f"reverting {h.function}'s change in {h.commit[:10]} leaves the divergence")
         else:
             untestable.append(h)
-    no_history = [h for h in ordered if not h.commit or h in untestable][:top]
+    # a function pushed below zero (it never ran in the failing scenario) cannot be fixed by an edit
+    no_history = [h for h in ordered if (not h.commit or h in untestable) and h.score >= 0][:top]
     verify_by_fixes(repo, no_history, repro, prober)
     return rank(ordered)
 
