@@ -174,3 +174,19 @@ def test_what_ran_flags_an_engine_imported_from_outside_its_tree(tmp_path):
     assert ran["target_source"] == {"path": str(tree), "commit": None, "dirty": None}
     report = build_report("1", None, None, None, [], COST, {"ran": ran})
     assert "did not test that tree" in render_markdown(report)
+
+
+def test_report_names_the_evidence_that_verified_and_shows_the_diff():
+    hyps = candidates()
+    diff = "--- a/ops.py\n+++ b/ops.py\n@@ -1 +1 @@\n-    mask = k < q\n+    mask = k <= q\n"
+    hyps[0].verified, hyps[0].verified_by, hyps[0].verifying_diff = True, "fix-template", diff
+    r = build_report("7", reproduction(), None, None, hyps, COST, {})
+    assert r["hypotheses"][0]["verified_by"] == "fix-template" and r["hypotheses"][0]["verifying_diff"] == diff
+    assert r["hypotheses"][1]["verified_by"] is None and check_report(r) == []
+    md = render_markdown(json.loads(json.dumps(r)))
+    assert f"`{hyps[0].function}` in `{hyps[0].file}` (verified by fix-template)" in md
+    assert "```diff\n" + diff + "```" in md
+    older = json.loads(json.dumps(r))  # a report written before these keys existed still renders
+    for h in older["hypotheses"]:
+        del h["verified_by"], h["verifying_diff"]
+    assert "(verified by counterfactual)" in render_markdown(older)
