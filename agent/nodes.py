@@ -250,7 +250,46 @@ def verify(state: DiagnosisState, session: Session) -> dict:
         state.get("culprit"),
         top=session.config.verify_top,
     )
-    return {"hypotheses": session.policy.rank(checked, rank_context(state))}
+    return {"hypotheses": session.policy.rank(patch_suspects(state, session, checked), rank_context(state))}
+
+
+LLM_PATCH_TOP = 2  # leading unverified suspects the policy is asked to patch
+
+
+def patch_suspects(state: DiagnosisState, session: Session, hypotheses: list) -> list:
+    """The policy's patches for the leading suspects (an LLM's; the rules propose none), each
+    verified by re-probing like any other edit: a patch counts only if the divergence goes."""
+    propose = getattr(session.policy, "propose_patch", None)
+    if propose is None or session.repo is None or any(h.verified for h in hypotheses) or session.budget_spent():
+        return hypotheses
+    from tools.hypotheses.verify import verify_patch
+
+    repro = state["reproduction"]
+    for h in [h for h in hypotheses if h.file.endswith(".py")][:LLM_PATCH_TOP]:
+        suspect = suspect_view(state, h)
+        patch = propose(suspect) if suspect else None
+        if patch and verify_patch(session.repo, h, repro, session.prober, patch).verified:
+            break
+    return hypotheses
+
+
+def suspect_view(state: DiagnosisState, h) -> dict | None:
+    """What the patch prompt shows of a suspect: its source, the divergence, the evidence."""
+    index, repro, drill = state.get("index"), state["reproduction"], state.get("drill")
+    symbol = next((s for s in index.find(h.function) if s.file == h.file), None) if index else None
+    if symbol is None or repro.probe is None:
+        return None
+    return {
+        "file": h.file,
+        "function": h.function,
+        "source": index.read(symbol),
+        "start_line": symbol.start_line,
+        "end_line": symbol.end_line,
+        "evidence": [str(e) for e in h.evidence[:6]],
+        "divergence": repro.probe.summary,
+        "first_divergence": repro.probe.first.to_dict() if repro.probe.first else None,
+        "pattern": drill.pattern if drill else {},
+    }
 
 
 def report(state: DiagnosisState, session: Session) -> dict:

@@ -37,6 +37,9 @@ class Policy(Protocol):
     def rank(self, hypotheses: list[Hypothesis], context: dict) -> list[Hypothesis]:
         """The candidates best first; verified ones always ahead of unverified ones."""
 
+    def propose_patch(self, suspect: dict) -> str | None:
+        """A unified diff that might fix the suspect (None: no proposal); the probe decides if it does."""
+
 
 # --- pure pieces ---------------------------------------------------------------------------------
 
@@ -56,6 +59,16 @@ def scenario_from_rules(issue_text: str) -> tuple[dict, list[str], Scenario | No
 def measurement_first(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Stable: verified, then evidenced, then the rest, each group in its given order."""
     return sorted(hypotheses, key=lambda h: (not h.verified, not h.evidence))
+
+
+def valid_patch(answer: dict) -> str | None:
+    """The answer's unified diff, None if it proposes none; anything else is malformed."""
+    patch = answer.get("patch")
+    if patch is None:
+        return None
+    if not isinstance(patch, str) or "@@" not in patch or "+++ " not in patch:
+        raise ValueError("'patch' must be a unified diff (---/+++ headers and @@ hunks) or null")
+    return patch
 
 
 def variant_name(entry) -> tuple[str, str]:
@@ -150,6 +163,9 @@ class DeterministicPolicy:
     def rank(self, hypotheses: list[Hypothesis], context: dict) -> list[Hypothesis]:
         return measurement_first(hypotheses)
 
+    def propose_patch(self, suspect: dict) -> str | None:
+        return None  # the fix templates (tools/hypotheses/fixes.py) are the rules' proposals
+
 
 class LLMPolicy:
     """Asks an `LLM`; per step, retry once then fall back to `DeterministicPolicy`."""
@@ -229,6 +245,10 @@ class LLMPolicy:
             lambda a: constrain_ranking(hypotheses, a, context.get("index")),
             lambda: self.rules.rank(hypotheses, context),
         )
+
+    def propose_patch(self, suspect: dict) -> str | None:
+        prompt = render("propose_patch.j2", **suspect)
+        return self._ask("propose_patch", prompt, valid_patch, lambda: None, tools=False)
 
     def _ask(
         self,

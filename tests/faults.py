@@ -83,6 +83,15 @@ def write_fault(dest: Path, template: str, arch: str, **values) -> Path:
     return dest
 
 
+def write_faults(dest: Path, faults: list[tuple[str, dict]], arch: str) -> Path:
+    """Several faults in one sitecustomize.py, each run in its own namespace (their module-level
+    names, e.g. `_init`, would otherwise chain into each other); returns dest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    codes = [template.format(arch=arch, cls=CLASS_PREFIX[arch], **values) for template, values in faults]
+    (dest / "sitecustomize.py").write_text("".join(f"exec({code!r}, {{}})\n" for code in codes))
+    return dest
+
+
 # --- tinyserve sampler faults: one edit in a copy of the pristine subject --------------------------
 
 TINYSERVE_SAMPLER = Path("tinyserve/layers/sampler.py")

@@ -68,3 +68,31 @@ def faulty_tree(dest: Path, faults: list[tuple[Fault, int]]) -> Path:
         path.write_text(text.replace(fault.old, fault.new.format(layer=layer)))
         _git(dest, "commit", "-q", "-am", f"{fault.file}: change layer {layer}")
     return dest
+
+
+ATTENTION_OPS = "tinyserve/ops/attention.py"
+# A query no longer attends to itself: the causal comparison made strict (a bug at base).
+CAUSAL_STRICT = ("    mask = kv_pos <= q_pos\n", "    mask = kv_pos < q_pos\n")
+
+
+def tree_at_base(dest: Path, edit: tuple[str, str] | None, file: str = ATTENTION_OPS) -> Path:
+    """The subject in a git repo whose only commit already holds `edit` (a bug at base: no history)."""
+    repo = faulty_tree(dest, [])
+    if edit:
+        path = repo / file
+        text = path.read_text()
+        assert text.count(edit[0]) == 1, f"{file}: the line to patch is not there exactly once"
+        path.write_text(text.replace(*edit))
+        _git(repo, "commit", "-qa", "--amend", "-m", "base")
+    return repo
+
+
+def checkout_digest(repo: Path) -> str:
+    """Every byte of the checkout outside .git, and git's own view of it (ignored files included)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts):
+        h.update(str(path.relative_to(repo)).encode() + path.read_bytes())
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=repo, capture_output=True, text=True)
+    return h.hexdigest() + status.stdout

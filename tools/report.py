@@ -37,15 +37,19 @@ HYPOTHESIS_KEYS = (
     "evidence",
     "suggested_fix",
 )
+# Beyond §5: the scorer's component label, which evidence verified it and the edit that did.
+HYPOTHESIS_EXTRAS = ("component", "verified_by", "verifying_diff")
 COST_KEYS = ("engine_runs", "llm_calls", "tokens_in", "tokens_out", "wall_s")
 DIVERGENCE_KEYS = ("tap", "step", "requests", "positions", "ratio")
 
 
 def hypothesis_dict(h: Hypothesis, rank: int) -> dict:
-    """§5 keys, plus `component` (the scorer's component-level match)."""
+    """§5 keys, plus `component` (the scorer's component-level match), and for a verified one
+    `verified_by` (which evidence verified it) and `verifying_diff` (the fix or patch that did)."""
     d = {key: getattr(h, key) for key in HYPOTHESIS_KEYS if key != "rank"}
     d["confidence"] = round(float(d["confidence"]), 3)
-    return {"rank": rank, **d, "evidence": [str(e) for e in h.evidence], "component": h.component}
+    proof = {"verified_by": h.verified_by, "verifying_diff": h.verifying_diff}
+    return {"rank": rank, **d, "evidence": [str(e) for e in h.evidence], "component": h.component, **proof}
 
 
 def first_divergence(repro: Reproduction | None) -> dict | None:

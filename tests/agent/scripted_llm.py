@@ -152,12 +152,13 @@ class ScriptedLLM:
 
 
 def task_of(req: dict) -> str:
-    """Which prompt a request carries: read_issue | order_triggers | rank | other."""
+    """Which prompt a request carries: read_issue | order_triggers | rank | propose_patch | other."""
     user = next((m.get("content") or "" for m in req.get("messages", []) if m.get("role") == "user"), "")
     for key, marker in (
         ("read_issue", "fill in what a reproduction"),
         ("order_triggers", "order in which to try"),
         ("rank", "rank candidate root causes"),
+        ("propose_patch", "propose a fix for one suspected function"),
     ):
         if marker in user:
             return key

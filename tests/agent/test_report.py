@@ -10,6 +10,7 @@ from tools.probe.compare import THRESHOLD, Divergence, TapStat
 from tools.probe.prober import ProbeResult
 from tools.report import (
     COST_KEYS,
+    HYPOTHESIS_EXTRAS,
     HYPOTHESIS_KEYS,
     REPORT_KEYS,
     build_report,
@@ -82,7 +83,7 @@ def test_report_keeps_the_contract():
     assert r["kernel"] == "paged_attention" and r["commit"] == {"sha": "a" * 40, "subject": "Speed up attention"}
     assert set(r["cost"]) == set(COST_KEYS)
     for i, h in enumerate(r["hypotheses"], 1):
-        assert h["rank"] == i and set(HYPOTHESIS_KEYS) <= set(h) <= set(HYPOTHESIS_KEYS) | {"component"}
+        assert h["rank"] == i and set(HYPOTHESIS_KEYS) <= set(h) <= set(HYPOTHESIS_KEYS) | set(HYPOTHESIS_EXTRAS)
     assert r["trigger"] == "a batch of 4" and r["precision"] == "logic" and len(r["trials"]) == 2
     assert r["bisection"]["tested"] == [["a" * 40, "bad"]] and r["llm_fallbacks"][0]["reason"] == "timeout"
     assert json.loads(json.dumps(r)) == r
@@ -173,3 +174,19 @@ def test_what_ran_flags_an_engine_imported_from_outside_its_tree(tmp_path):
     assert ran["target_source"] == {"path": str(tree), "commit": None, "dirty": None}
     report = build_report("1", None, None, None, [], COST, {"ran": ran})
     assert "did not test that tree" in render_markdown(report)
+
+
+def test_report_names_the_evidence_that_verified_and_shows_the_diff():
+    hyps = candidates()
+    diff = "--- a/ops.py\n+++ b/ops.py\n@@ -1 +1 @@\n-    mask = k < q\n+    mask = k <= q\n"
+    hyps[0].verified, hyps[0].verified_by, hyps[0].verifying_diff = True, "fix-template", diff
+    r = build_report("7", reproduction(), None, None, hyps, COST, {})
+    assert r["hypotheses"][0]["verified_by"] == "fix-template" and r["hypotheses"][0]["verifying_diff"] == diff
+    assert r["hypotheses"][1]["verified_by"] is None and check_report(r) == []
+    md = render_markdown(json.loads(json.dumps(r)))
+    assert f"`{hyps[0].function}` in `{hyps[0].file}` (verified by fix-template)" in md
+    assert "```diff\n" + diff + "```" in md
+    older = json.loads(json.dumps(r))  # a report written before these keys existed still renders
+    for h in older["hypotheses"]:
+        del h["verified_by"], h["verifying_diff"]
+    assert "(verified by counterfactual)" in render_markdown(older)

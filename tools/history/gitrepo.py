@@ -148,6 +148,12 @@ def _git(repo_path: str | Path, *args: str, stdin: str | None = None) -> str:
     return run_git(repo_path, *_NO_HOOKS, *args, stdin=stdin)
 
 
+def apply_patch(worktree: str | Path, patch: str) -> list[str]:
+    """`git apply` a unified diff in `worktree` (a scratch one: never the user's); the files it changed."""
+    _git(worktree, "apply", "--whitespace=nowarn", "-", stdin=patch if patch.endswith("\n") else patch + "\n")
+    return _git(worktree, "diff", "--name-only").split()
+
+
 def resolve(repo_path: str | Path, ref: str) -> str:
     """A ref (tag, branch, `HEAD~3`, short or full sha) -> the full commit sha."""
     try:

@@ -72,6 +72,10 @@ class Culprit:
     engine_runs: int = 0
 
 
+# Kinds of evidence that verify a hypothesis (report.json `verified_by`).
+VERIFIED_BY = ("restore", "fix-template", "llm-patch", "tensor-replacement", "native-twin")
+
+
 @dataclass
 class Hypothesis:
     file: str
@@ -85,6 +89,9 @@ class Hypothesis:
     verified: bool = False
     component: str = ""
     score: float = 0.0
+    # which evidence verified it: VERIFIED_BY, or None; and the edit that did, for a fix or patch
+    verified_by: str | None = None
+    verifying_diff: str = ""
 
     def to_dict(self, rank: int) -> dict:
         d = asdict(self)

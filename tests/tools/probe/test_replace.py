@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.faults import MLP_DOWN_OFFSET, write_fault
+from tests.faults import MLP_DOWN_OFFSET, NORM_EPS, write_fault, write_faults
 from tests.faults_tinyserve import ATTN_SCALE, MLP_NORM_EPS, faulty_tree
 from tools.engines.hf import HFEngine
 from tools.engines.injection import Injection, splice_rows
@@ -97,6 +97,36 @@ def test_two_faults_in_two_layers_are_split(arch, tmp_path):
     one = split.at(first.tap)
     assert one.verdict == DOWNSTREAM
     assert one.after.tap == "layers.1.mlp_norm"  # the second fault, hidden behind the first
+    both = split.at([first.tap, one.after.tap])
+    assert both.verdict == UPSTREAM and both.replaced.divergent_taps == []
+
+
+# Both adapters inject on every arch. transformers injects in its teacher-forced forward (one
+# forward over the whole sequence, as every replacement run is): not inside `generate`, and not
+# at logits / sampler taps, which it computes outside the hooked modules.
+HF_MLP_NORM_TAP = {"llama": "mlp_norm", "qwen2": "mlp_norm", "mistral": "mlp_norm", "gemma2": "attn.post_norm"}
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=slow) for a in ("qwen2", "mistral", "gemma2")])
+def test_transformers_injection_removes_a_single_fault_on_every_arch(arch, tmp_path):
+    split = replacer(arch, write_fault(tmp_path / "tree", MLP_DOWN_OFFSET, arch, layer=1, delta=0.01), "transformers")
+    first = split.control().first
+    assert first.tap == "layers.1.mlp.down"
+    at = split.at(first.tap)
+    assert at.verdict == UPSTREAM and at.replaced.divergent_taps == []
+    assert split.at("layers.0.out").after.tap == first.tap  # injecting upstream of it leaves it
+
+
+@slow
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_transformers_two_faults_in_two_layers_are_split(arch, tmp_path):
+    faults = [(MLP_DOWN_OFFSET, {"layer": 0, "delta": 0.01}), (NORM_EPS, {"layer": 1, "eps": 0.5})]
+    split = replacer(arch, write_faults(tmp_path / "tree", faults, arch), "transformers")
+    first = split.control().first
+    assert first.tap == "layers.0.mlp.down"
+    one = split.at(first.tap)
+    assert one.verdict == DOWNSTREAM
+    assert one.after.tap == f"layers.1.{HF_MLP_NORM_TAP[arch]}"  # the second fault, hidden behind the first
     both = split.at([first.tap, one.after.tap])
     assert both.verdict == UPSTREAM and both.replaced.divergent_taps == []
 

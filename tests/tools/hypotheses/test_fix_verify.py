@@ -1,0 +1,77 @@
+"""Verification by a candidate fix on real tinyserve trees (bugs at base: no history to restore).
+
+The tree is a git repo holding a copy of the bundled subject; it plays the user's checkout, which
+no template edit may leave changed. Every probe is a real engine run on a tiny seeded model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults_tinyserve import ATTENTION_OPS, CAUSAL_STRICT, checkout_digest, tree_at_base
+from tools.hypotheses.evidence import Hypothesis, Reproduction
+from tools.hypotheses.verify import FIX_PROBES_PER_FUNCTION, verify
+from tools.probe.prober import Prober
+from tools.scenario import from_dict
+
+NORM = "tinyserve/ops/norm.py"
+slow = pytest.mark.slow
+
+
+def scenario(arch: str = "llama", dtype: str = "float32"):
+    reqs = [{"prompt_ids": list(range(3, 15)), "max_tokens": 3, "sampling": {"ignore_eos": True}}]
+    return from_dict(
+        {
+            "model": {"arch": arch, "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": dtype},
+            "workload": {"requests": reqs},
+        }
+    )
+
+
+def candidate(file: str, function: str) -> Hypothesis:
+    return Hypothesis(file, function, None, "attention", 0.3, "", ["names the divergent component"], score=1.0)
+
+
+def test_a_mask_comparison_bug_at_base_is_verified_by_its_fix_template(tmp_path):
+    repo = tree_at_base(tmp_path / "repo", CAUSAL_STRICT)
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged and repro.probe.first.tap.endswith("attn.out")
+    before, runs = checkout_digest(repo), prober.engine_runs
+    softcap, visible = candidate(ATTENTION_OPS, "_softcap"), candidate(ATTENTION_OPS, "_visible")
+    softcap.score = 2.0  # ranked first: its edits are tried, and fail, before the right function's
+    ranked = verify(repo, [softcap, visible], repro, prober, None)
+    assert ranked[0] is visible and visible.verified and visible.verified_by == "fix-template"
+    assert "-    mask = kv_pos < q_pos" in visible.verifying_diff
+    assert "+    mask = kv_pos <= q_pos" in visible.verifying_diff
+    assert visible.evidence[0].startswith("verified: the fix `mask-comparison")
+    assert not softcap.verified and softcap.verified_by is None
+    assert any("none removes the divergence" in e for e in softcap.evidence)
+    assert 2 <= prober.engine_runs - runs <= 2 * (FIX_PROBES_PER_FUNCTION + 1)
+    assert checkout_digest(repo) == before  # the edits ran in a temporary worktree
+
+
+FALSE_ALARMS = [
+    ("llama", "float32"),
+    pytest.param("llama", "bfloat16", marks=slow),
+    pytest.param("gemma2", "float32", marks=slow),
+    pytest.param("gemma2", "bfloat16", marks=slow),
+]
+
+
+@pytest.mark.parametrize("arch,dtype", FALSE_ALARMS)
+def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_path):
+    """Nothing to fix: the probe agrees before any edit, so no edit may claim to have removed a
+    divergence (a no-op edit of `_softcap` would 'agree' too) and no engine runs for templates."""
+    repo = tree_at_base(tmp_path / "repo", None)
+    prober, sc = Prober(), scenario(arch, dtype)
+    probe = prober.probe(sc, repo)
+    assert not probe.diverged, probe.summary
+    before, runs = checkout_digest(repo), prober.engine_runs
+    cands = [candidate(ATTENTION_OPS, "_softcap"), candidate(ATTENTION_OPS, "_visible"), candidate(NORM, "rms_norm")]
+    for claimed in (False, True):  # a reproduction that claims a divergence its probe does not show
+        checked = verify(repo, cands, Reproduction(claimed, sc, probe), prober, None)
+        assert not any(h.verified or h.verified_by for h in checked)
+    assert prober.engine_runs == runs
+    assert checkout_digest(repo) == before
