@@ -264,7 +264,7 @@ def patch_suspects(state: DiagnosisState, session: Session, hypotheses: list) ->
         return hypotheses
     from tools.hypotheses.verify import verify_patch
 
-    repro = state["reproduction"]
+    repro = routed(state["reproduction"], "reproduction")
     for h in [h for h in hypotheses if h.file.endswith(".py")][:LLM_PATCH_TOP]:
         suspect = suspect_view(state, h)
         patch = propose(suspect) if suspect else None
@@ -277,7 +277,7 @@ def suspect_view(state: DiagnosisState, h) -> dict | None:
     """What the patch prompt shows of a suspect: its source, the divergence, the evidence."""
     index, repro, drill = state.get("index"), state["reproduction"], state.get("drill")
     symbol = next((s for s in index.find(h.function) if s.file == h.file), None) if index else None
-    if symbol is None or repro.probe is None:
+    if symbol is None or index is None or repro is None or repro.probe is None:
         return None
     return {
         "file": h.file,
