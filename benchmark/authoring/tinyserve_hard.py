@@ -1,4 +1,4 @@
-"""Hard-track cases on tinyserve (issues 1501-1515; docs/design.md §6b "Hard history").
+"""Hard-track cases on tinyserve (issues 1501-1516, 1504 retired; docs/design.md §6b "Hard history").
 
     python -m benchmark.authoring.tinyserve_hard [CASE ...] [--cases-dir DIR]
 
@@ -23,6 +23,7 @@ from benchmark.authoring.tinyserve_stream import (
     ATTN,
     CONFIG,
     EMB,
+    ENGINE,
     ROPE,
     RUNNER,
     SAMPLER,
@@ -295,57 +296,6 @@ def yarn_betas() -> HardCase:
             "interpolation ramp covers the wrong dimensions",
         ),
         {12: [bug]},
-        bug,
-    )
-
-
-# ============================================================================= 1504 positional: dynamic NTK past max_position
-
-
-def dynamic_ntk_cache_len() -> HardCase:
-    bug = Commit(
-        "rotary: only rebuild the dynamic-NTK table past the cached length\n\nThe cos/sin table is sized for "
-        "max(max_position, max_model_len); positions\ninside it never needed a rebuild per forward.",
-        IVAN,
-        [
-            (
-                ROPE,
-                "        seq_len = int(positions.max()) + 1 if positions.numel() else 0\n"
-                "        if not self.is_dynamic or seq_len <= self.max_position:\n",
-                "        seq_len = int(positions.max()) + 1 if positions.numel() else 0\n"
-                "        if not self.is_dynamic or seq_len <= self.cos_sin_cache.shape[0]:\n",
-            ),
-            (
-                ROPE,
-                '        """Dynamic NTK re-derives the frequencies once a forward reaches past max_position\n'
-                '        (as transformers does per forward); every other type uses the precomputed cache."""\n',
-                '        """Dynamic NTK re-derives the frequencies once a forward reaches past the cached table\n'
-                '        (as transformers does per forward); every other type uses the precomputed cache."""\n',
-            ),
-        ],
-    )
-    model = {
-        "arch": "llama",
-        "seed": 7,
-        "max_position_embeddings": 32,
-        "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
-    }
-    target = {"engine": "tinyserve", "dtype": "float32", "options": {"max_model_len": 256}}
-    return case(
-        "ts-hard-dynamic-ntk-cache-len",
-        1504,
-        "positional-encoding",
-        ["ggml-org/llama.cpp#24823", "vllm-project/vllm#3488"],
-        "Dynamic NTK model diverges once the prompt is longer than the trained context",
-        repro_toml(model, target, [greedy(40, 51, 8)], good_ref="v0.2.0"),
-        (
-            ROPE,
-            "RotaryEmbedding.cache_for",
-            "rotary-embedding",
-            "dynamic-NTK frequencies are rebuilt only past the cached table length (max_model_len) instead of past "
-            "max_position_embeddings, so sequences between the two use unscaled frequencies",
-        ),
-        {16: [bug]},
         bug,
     )
 
@@ -927,11 +877,68 @@ def lse_merge_low_precision() -> HardCase:
     )
 
 
+# ============================================================================= 1516 sampling: shared seeded generator
+
+
+def shared_seed_generator() -> HardCase:
+    bug = Commit(
+        "engine: reuse one generator per seed\n\nClients that send the same seed on every request created a fresh "
+        "generator\neach time; keep one per seed value instead.",
+        IVAN,
+        [
+            (
+                ENGINE,
+                "        self._default_generator = torch.Generator().manual_seed(config.seed)\n",
+                "        self._default_generator = torch.Generator().manual_seed(config.seed)\n"
+                "        self._seeded_generators: dict[int, torch.Generator] = {}   # seed -> generator\n",
+            ),
+            (
+                ENGINE,
+                "        generator = (torch.Generator().manual_seed(params.seed) if params.seed is not None\n"
+                "                     else self._default_generator)\n",
+                "        generator = self._default_generator\n"
+                "        if params.seed is not None:\n"
+                "            if params.seed not in self._seeded_generators:\n"
+                "                self._seeded_generators[params.seed] = torch.Generator().manual_seed(params.seed)\n"
+                "            generator = self._seeded_generators[params.seed]\n",
+            ),
+        ],
+    )
+    reqs = [
+        {
+            "prompt_ids": prompt(12, 171),
+            "max_tokens": 8,
+            "sampling": {"temperature": 1.0, "seed": 7, "ignore_eos": True},
+        },
+        {
+            "prompt_ids": prompt(15, 172),
+            "max_tokens": 8,
+            "sampling": {"temperature": 1.0, "seed": 7, "ignore_eos": True},
+        },
+    ]
+    return case(
+        "ts-hard-shared-seed-generator",
+        1516,
+        "sampling",
+        ["vllm-project/vllm#51226", "labscommunity/cascadia#20"],
+        "Seeded sampling is not reproducible when two requests use the same seed",
+        repro_toml({"arch": "llama", "seed": 19}, {"engine": "tinyserve", "dtype": "float32"}, reqs, good_ref="v0.2.0"),
+        (
+            ENGINE,
+            "LLMEngine.add_request",
+            "sampler",
+            "requests with the same seed share one generator, so the second request's draws continue the first "
+            "one's random stream instead of starting from its own seed",
+        ),
+        {19: [bug]},
+        bug,
+    )
+
+
 CASES = [
     topk_batch_max(),
     top_p_untempered(),
     yarn_betas(),
-    dynamic_ntk_cache_len(),
     kv_layout_heads(),
     evict_stale_hash(),
     decode_partition_floor(),
@@ -943,6 +950,7 @@ CASES = [
     attn_scale_head_dim(),
     spec_row_history(),
     lse_merge_low_precision(),
+    shared_seed_generator(),
 ]
 
 
