@@ -39,7 +39,7 @@ QUANT = "tinyserve/quantization.py"
 QMM = "tinyserve/ops/quant_matmul.py"
 LLAMA = "tinyserve/models/llama.py"
 GEMMA = "tinyserve/models/gemma2.py"
-SPEC = "tinyserve/spec_decode/engine.py"
+ROT_OPS = "tinyserve/ops/rotary.py"
 
 NORA = "Nora Lindgren <nora.lindgren@gmail.com>"
 RAVI = "Ravi Shankar <ravi.shankar@tinyserve.dev>"
@@ -775,104 +775,117 @@ def attn_scale_head_dim() -> HardCase:
     )
 
 
-# ============================================================================= 1514 spec-decode: row histories
+# ============================================================================= 1514 positional: rotary layout default
 
 
-def spec_row_history() -> HardCase:
+def rotary_neox_default() -> HardCase:
     bug = Commit(
-        "spec_decode: build verification sampling rows from the sequence\n\nThe per-row slicing of drafts made "
-        "row_sampling_tensors the slowest part of a\nspeculative step; rows of one sequence share its history.",
+        "ops/rotary: GPT-J (interleaved) layout in the rotary kernel\n\nis_neox selects rotate-half (neox) or "
+        "interleaved pairs (GPT-J), so ported\nGPT-J-style checkpoints can share the kernel.",
         LUCIA,
         [
             (
-                SPEC,
-                "        params, prompts, outputs, gens, seen = [], [], [], [], {}\n"
-                "        for i in row_seq:\n"
-                "            seq, d = batch.seqs[i], drafts.get(i, [])\n"
-                "            r = seen[i] = seen.get(i, -1) + 1\n"
-                "            base = seq.token_ids[seq.num_prompt_tokens:seq.num_tokens - len(d)]\n"
-                "            params.append(seq.params)\n"
-                "            prompts.append(seq.prompt_token_ids)\n"
-                "            outputs.append(base + d[:r])\n",
-                "        params, prompts, outputs, gens = [], [], [], []\n"
-                "        for i in row_seq:\n"
-                "            seq = batch.seqs[i]\n"
-                "            params.append(seq.params)\n"
-                "            prompts.append(seq.prompt_token_ids)\n"
-                "            outputs.append(seq.output_token_ids)\n",
+                ROT_OPS,
+                "def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:\n"
+                "    # x [T, N*D]; cos/sin [T, D/2] -> [T, N*D]\n"
+                "    t = x.shape[0]\n"
+                "    x = x.view(t, -1, head_dim)\n"
+                "    half = head_dim // 2\n"
+                "    x1, x2 = x[..., :half], x[..., half:]\n",
+                "def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int, is_neox: bool) -> torch.Tensor:\n"
+                "    # x [T, N*D]; cos/sin [T, D/2] -> [T, N*D]; neox: rotate halves, else interleaved pairs\n"
+                "    t = x.shape[0]\n"
+                "    x = x.view(t, -1, head_dim)\n"
+                "    half = head_dim // 2\n"
+                "    x1, x2 = (x[..., :half], x[..., half:]) if is_neox else (x[..., 0::2], x[..., 1::2])\n",
+            ),
+            (
+                ROT_OPS,
+                "                     cos_sin_cache: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:\n"
+                "    cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).chunk(2, dim=-1)\n"
+                "    return _rotate(query, cos, sin, head_dim), _rotate(key, cos, sin, head_dim)\n",
+                "                     cos_sin_cache: torch.Tensor, head_dim: int,\n"
+                "                     is_neox: bool = False) -> tuple[torch.Tensor, torch.Tensor]:\n"
+                "    cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).chunk(2, dim=-1)\n"
+                "    return _rotate(query, cos, sin, head_dim, is_neox), _rotate(key, cos, sin, head_dim, is_neox)\n",
             ),
         ],
     )
-    loop = prompt(6, 151)
-    reqs = [
-        {
-            "prompt_ids": loop * 4 + loop[:3],
-            "max_tokens": 12,
-            "sampling": {"temperature": 0.0, "presence_penalty": 1.5, "ignore_eos": True},
-        }
-    ]
-    target = {
-        "engine": "tinyserve",
-        "dtype": "float32",
-        "options": {"speculative": "ngram", "num_speculative_tokens": 3},
-    }
     return case(
-        "ts-hard-spec-row-history",
+        "ts-hard-rotary-neox-default",
         1514,
-        "spec-decode",
-        ["sgl-project/sglang#8726", "vllm-project/vllm#36138"],
-        "Greedy output with a presence penalty changes when n-gram speculation is enabled",
-        repro_toml({"arch": "llama", "seed": 17}, target, reqs),
+        "positional-encoding",
+        ["flashinfer-ai/flashinfer#619", "GaijinEntertainment/daScript#3479"],
+        "qwen2 checkpoint: every output wrong after upgrading from 0.2.0",
+        repro_toml(
+            {"arch": "qwen2", "seed": 17},
+            {"engine": "tinyserve", "dtype": "float32"},
+            [greedy(16, 151, 8)],
+            good_ref="v0.2.0",
+        ),
         (
-            SPEC,
-            "SpecDecodeEngine.row_sampling_tensors",
-            "spec-decode",
-            "every verification row of a sequence counts all its drafts as output, so penalties at row r already "
-            "see drafts r+1..k",
+            ROT_OPS,
+            "rotary_embedding",
+            "rotary-embedding",
+            "the rotary kernel gained an is_neox switch defaulting to the interleaved (GPT-J) layout, and callers do not "
+            "pass it, so llama-family q/k are rotated in the wrong pairs",
         ),
         {27: [bug]},
         bug,
     )
 
 
-# ============================================================================= 1515 numerics: LSE merge in bf16
+# ============================================================================= 1515 positional: llama3 smoothing band
 
 
-def lse_merge_low_precision() -> HardCase:
+def llama3_smooth_band() -> HardCase:
     bug = Commit(
-        "ops/attention: merge decode partitions in the model dtype\n\nPartition outputs are stored in the model "
-        "dtype (half the memory traffic of\nthe merge); the merge follows the outputs' dtype.",
+        "rope: llama3 scaling with the band edges named\n\nlow_freq_wavelen / high_freq_wavelen spelled out like the "
+        "Meta reference code.",
         IVAN,
         [
             (
-                ATTN,
-                "    lse = torch.logsumexp(lses, dim=0)\n",
-                "    lses = lses.to(outs.dtype)      # one dtype for the whole merge\n"
-                "    lse = torch.logsumexp(lses, dim=0)\n",
+                ROPE,
+                "    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)\n"
+                "    smooth = (old_len / wavelen - low) / (high - low)\n",
+                "    low_freq_wavelen, high_freq_wavelen = old_len / low, old_len / high\n"
+                "    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)\n"
+                "    smooth = (old_len / wavelen - high) / (high - low)\n",
             ),
             (
-                ATTN,
-                "    out = merge_attn_partitions(torch.stack([o for o, _ in parts]), torch.stack([s for _, s in parts]))\n",
-                "    outs = torch.stack([o.to(q.dtype) for o, _ in parts])     # stored in the model dtype\n"
-                "    out = merge_attn_partitions(outs, torch.stack([s for _, s in parts]))\n",
+                ROPE,
+                "    is_medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)\n",
+                "    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)\n",
             ),
         ],
     )
+    model = {
+        "arch": "llama",
+        "seed": 18,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256,
+            "rope_theta": 10000.0,
+        },
+    }
     return case(
-        "ts-hard-lse-merge-bf16",
+        "ts-hard-llama3-smooth-band",
         1515,
-        "numerics",
-        ["flashinfer-ai/flashinfer#58", "ROCm/aiter#2586"],
-        "bfloat16: long generations drift from transformers more than expected; float32 matches",
-        repro_toml({"arch": "llama", "seed": 18}, {"engine": "tinyserve", "dtype": "bfloat16"}, [greedy(100, 161, 8)]),
+        "positional-encoding",
+        ["ml-explore/mlx-examples#907", "ggml-org/llama.cpp#8676"],
+        "Llama-3.1-style rope scaling: logits differ from transformers from the second token on",
+        repro_toml(model, {"engine": "tinyserve", "dtype": "float32"}, [greedy(24, 161, 8)], good_ref="v0.2.0"),
         (
-            ATTN,
-            "merge_attn_partitions",
-            "paged-attention",
-            "split-KV partition log-sum-exps rounded to the model dtype before the merge, so in bf16 the partition "
-            "weights are off by up to ~1.5 % once a decode spans two or more partitions",
+            ROPE,
+            "llama3_inv_freq",
+            "rotary-embedding",
+            "llama3 smoothing factor offset by high_freq_factor instead of low_freq_factor, so the medium-frequency "
+            "band blends the wrong amounts of scaled and unscaled frequencies",
         ),
-        {11: [bug]},
+        {16: [bug]},
         bug,
     )
 
@@ -948,8 +961,8 @@ CASES = [
     decode_rows_sorted(),
     swa_decode_skip(),
     attn_scale_head_dim(),
-    spec_row_history(),
-    lse_merge_low_precision(),
+    rotary_neox_default(),
+    llama3_smooth_band(),
     shared_seed_generator(),
 ]
 
