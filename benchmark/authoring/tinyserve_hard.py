@@ -1,4 +1,4 @@
-"""Hard-track cases on tinyserve (issues 1501-1516, 1504 retired; docs/design.md §6b "Hard history").
+"""Hard-track cases on tinyserve (issues 1501-1516 less 1504; docs/design.md §6b "Hard history").
 
     python -m benchmark.authoring.tinyserve_hard [CASE ...] [--cases-dir DIR]
 
@@ -23,7 +23,6 @@ from benchmark.authoring.tinyserve_stream import (
     ATTN,
     CONFIG,
     EMB,
-    ENGINE,
     ROPE,
     RUNNER,
     SAMPLER,
@@ -40,6 +39,7 @@ QMM = "tinyserve/ops/quant_matmul.py"
 LLAMA = "tinyserve/models/llama.py"
 GEMMA = "tinyserve/models/gemma2.py"
 ROT_OPS = "tinyserve/ops/rotary.py"
+ACT_OPS = "tinyserve/ops/activation.py"
 
 NORA = "Nora Lindgren <nora.lindgren@gmail.com>"
 RAVI = "Ravi Shankar <ravi.shankar@tinyserve.dev>"
@@ -890,60 +890,66 @@ def llama3_smooth_band() -> HardCase:
     )
 
 
-# ============================================================================= 1516 sampling: shared seeded generator
+# ============================================================================= 1516 kernel: fused [up | gate] layout
 
 
-def shared_seed_generator() -> HardCase:
+def up_gate_layout() -> HardCase:
     bug = Commit(
-        "engine: reuse one generator per seed\n\nClients that send the same seed on every request created a fresh "
-        "generator\neach time; keep one per seed value instead.",
-        IVAN,
+        "mlp: fuse up_proj before gate_proj\n\nThe fused projection is now [up | gate], the order most exported "
+        "fused\ncheckpoints use; the activation kernels split it accordingly.",
+        RAVI,
         [
             (
-                ENGINE,
-                "        self._default_generator = torch.Generator().manual_seed(config.seed)\n",
-                "        self._default_generator = torch.Generator().manual_seed(config.seed)\n"
-                "        self._seeded_generators: dict[int, torch.Generator] = {}   # seed -> generator\n",
+                LLAMA,
+                '"gate_up_proj": ["gate_proj", "up_proj"]}',
+                '"gate_up_proj": ["up_proj", "gate_proj"]}',
             ),
             (
-                ENGINE,
-                "        generator = (torch.Generator().manual_seed(params.seed) if params.seed is not None\n"
-                "                     else self._default_generator)\n",
-                "        generator = self._default_generator\n"
-                "        if params.seed is not None:\n"
-                "            if params.seed not in self._seeded_generators:\n"
-                "                self._seeded_generators[params.seed] = torch.Generator().manual_seed(params.seed)\n"
-                "            generator = self._seeded_generators[params.seed]\n",
+                ACT_OPS,
+                "    # [T, 2I] -> [T, I]\n    gate, up = x.split(x.shape[-1] // 2, dim=-1)\n",
+                "    # [T, 2I] = [up | gate] -> [T, I]\n    up, gate = x.split(x.shape[-1] // 2, dim=-1)\n",
+            ),
+            (
+                ACT_OPS,
+                "    gate, up = x.chunk(2, dim=-1)\n    g = gate.to(torch.promote_types(x.dtype, torch.float32))\n"
+                "    return (g / (1.0",
+                "    up, gate = x.chunk(2, dim=-1)\n    g = gate.to(torch.promote_types(x.dtype, torch.float32))\n"
+                "    return (g / (1.0",
+            ),
+            (
+                ACT_OPS,
+                "    # [T, 2I] -> [T, I]; 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))\n"
+                "    gate, up = x.chunk(2, dim=-1)\n",
+                "    # [T, 2I] = [up | gate] -> [T, I]; 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))\n"
+                "    up, gate = x.chunk(2, dim=-1)\n",
+            ),
+            (
+                ACT_OPS,
+                '"""Gated MLP activations: act(gate) * up over a fused [gate | up] projection."""',
+                '"""Gated MLP activations: act(gate) * up over a fused [up | gate] projection."""',
             ),
         ],
     )
-    reqs = [
-        {
-            "prompt_ids": prompt(12, 171),
-            "max_tokens": 8,
-            "sampling": {"temperature": 1.0, "seed": 7, "ignore_eos": True},
-        },
-        {
-            "prompt_ids": prompt(15, 172),
-            "max_tokens": 8,
-            "sampling": {"temperature": 1.0, "seed": 7, "ignore_eos": True},
-        },
-    ]
     return case(
-        "ts-hard-shared-seed-generator",
+        "ts-hard-up-gate-layout",
         1516,
-        "sampling",
-        ["vllm-project/vllm#51226", "labscommunity/cascadia#20"],
-        "Seeded sampling is not reproducible when two requests use the same seed",
-        repro_toml({"arch": "llama", "seed": 19}, {"engine": "tinyserve", "dtype": "float32"}, reqs, good_ref="v0.2.0"),
-        (
-            ENGINE,
-            "LLMEngine.add_request",
-            "sampler",
-            "requests with the same seed share one generator, so the second request's draws continue the first "
-            "one's random stream instead of starting from its own seed",
+        "kernel",
+        ["vllm-project/vllm#3775", "vllm-project/vllm#40956"],
+        "Gemma 2 output wrong after upgrading; llama checkpoints still fine",
+        repro_toml(
+            {"arch": "gemma2", "seed": 19},
+            {"engine": "tinyserve", "dtype": "float32"},
+            [greedy(16, 171, 8)],
+            good_ref="v0.2.0",
         ),
-        {19: [bug]},
+        (
+            ACT_OPS,
+            "gelu_tanh_and_mul",
+            "activation",
+            "the fused gate_up projection became [up | gate] and the silu kernels and native twins were updated, but the "
+            "optimized gelu kernel still takes the first half as the gate, so gemma computes gelu(up) * gate",
+        ),
+        {17: [bug]},
         bug,
     )
 
@@ -963,7 +969,7 @@ CASES = [
     attn_scale_head_dim(),
     rotary_neox_default(),
     llama3_smooth_band(),
-    shared_seed_generator(),
+    up_gate_layout(),
 ]
 
 
