@@ -108,7 +108,8 @@ def clone_pristine(subject: Subject, dest: Path) -> Path:
 
 
 def build_case_repo(case: Case | str | Path, dest: str | Path) -> Path:
-    """Case -> a new git repo at `dest`: snapshot or release history (tag `base`), then commits/*.patch.
+    """Case -> a new git repo at `dest`: snapshot or release history (tag `base`), then commits/*.patch,
+    then the case's [tags] on the commits of the patches they name.
 
     The commit map lists each patch stem and, for a release history, each release tag (`v4.49.0`),
     under "patches", so a truth `commit` of either kind resolves to a sha the same way.
@@ -126,6 +127,8 @@ def build_case_repo(case: Case | str | Path, dest: str | Path) -> Path:
             continue
         sha = apply_patch(repo, patch, subject, case.id)
         commits["patches"][patch.stem] = {"sha": sha, "subject": git(repo, "log", "-1", "--format=%s")}
+    for tag, stem in case.tags:  # release points inside the history ([tags] in case.toml)
+        git(repo, "tag", tag, commits["patches"][stem]["sha"])
     commit_map_path(repo).write_text(json.dumps(commits, indent=2) + "\n")
     return repo
 

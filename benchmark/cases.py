@@ -31,13 +31,16 @@ CASE_KEYS = {
     "title": str,
     "releases": dict,
     "track": str,
+    "tags": dict,
 }
-CASE_OPTIONAL = {"releases", "track"}
+CASE_OPTIONAL = {"releases", "track", "tags"}
 RELEASES_KEYS = {"package": str, "versions": list}
 TRUTH_KEYS = {"file": str, "function": str, "commit": str, "component": str, "mechanism": str}
 TRUTH_OPTIONAL = {"commit"}
 PATCH_NAME = re.compile(r"^(\d{2,4})-([A-Za-z0-9][A-Za-z0-9._-]*)\.patch$")
 QUALNAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RESERVED_TAGS = {"base", "HEAD"}  # the builder's own tag, and git's name for the tip
 
 
 class CaseError(ValueError):
@@ -58,6 +61,7 @@ class Case:
     dir: Path
     releases: Releases | None = None  # [releases]: the history is these PyPI releases (DESIGN.md §6b)
     track: str = DEFAULT_TRACK  # one of TRACKS: scored on its own row
+    tags: tuple[tuple[str, str], ...] = ()  # [tags]: (tag name, patch stem) - release points inside the history
 
     def patch_stems(self) -> list[str]:
         return [p.stem for p in self.patches]
@@ -109,6 +113,8 @@ def load_case(case_dir: str | Path) -> Case:
     _check_keys(meta, CASE_KEYS, CASE_OPTIONAL, f"case {name}: case.toml")
     _check_case_meta(meta, name)
     releases = _releases(meta["releases"], name) if "releases" in meta else None
+    issue, scenario = _read_issue(case_dir, name), _read_scenario(case_dir, name)
+    patches = _patches(case_dir, name, required=releases is None)
     return Case(
         id=meta["id"],
         issue_number=meta["issue_number"],
@@ -116,12 +122,13 @@ def load_case(case_dir: str | Path) -> Case:
         category=meta["category"],
         modeled_on=tuple(meta["modeled_on"]),
         title=meta["title"],
-        issue=_read_issue(case_dir, name),
-        scenario=_read_scenario(case_dir, name),
-        patches=_patches(case_dir, name, required=releases is None),
+        issue=issue,
+        scenario=scenario,
+        patches=patches,
         dir=case_dir,
         releases=releases,
         track=meta.get("track", DEFAULT_TRACK),
+        tags=_tags(meta.get("tags", {}), patches, releases, name),
     )
 
 
@@ -138,6 +145,23 @@ def _releases(table: dict, name: str) -> Releases:
     if wrong:
         raise CaseError(f"{where}: {wrong}")
     return Releases(package=package, versions=tuple(v.strip() for v in versions))
+
+
+def _tags(table: dict, patches: tuple[Path, ...], releases: Releases | None, name: str) -> tuple[tuple[str, str], ...]:
+    """[tags] (tag name -> patch stem) -> pairs in history order; every stem must be one of the case's patches."""
+    where = f"case {name}: case.toml [tags]"
+    stems = [p.stem for p in patches]
+    taken = set(RESERVED_TAGS) | set(releases.tags() if releases else [])
+    for tag, stem in table.items():
+        if not TAG_NAME.match(tag) or tag in taken or tag.endswith((".lock", ".")) or ".." in tag:
+            raise CaseError(f"{where}: {tag!r} cannot be a tag name here (reserved, taken or not a valid git tag)")
+        if not isinstance(stem, str) or stem not in stems:
+            raise CaseError(f"{where}: {tag} = {stem!r} names no patch; known stems: {', '.join(stems) or 'none'}")
+        if stem.startswith("00-base"):
+            raise CaseError(
+                f"{where}: {tag} = {stem!r}: a 00-base patch is folded into base and has no commit of its own"
+            )
+    return tuple(sorted(table.items(), key=lambda kv: stems.index(kv[1])))
 
 
 def _check_case_meta(meta: dict, name: str) -> None:
