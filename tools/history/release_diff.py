@@ -9,8 +9,10 @@ functions across dozens of files. Reverting them one by one is not a plan; narro
   2. counterfactual restores, at most MAX_RESTORES: the previous release's version of one
      suspect put into the bad tree and re-probed, best suspect first; a restore that cannot run
      (the function calls helpers that moved or were renamed in the same release) is retried as a
-     restore of the file's section: every changed suspect of that file together. A file whose
-     section removes the divergence is then split in halves until one function is left.
+     restore of the file's section: every changed suspect of that file together (or the whole
+     file, when even those need helpers that moved). A file whose section removes the divergence is
+     split in halves until one function is left; one that only the whole file fixes is searched by
+     neighbourhoods: each suspect with the changed suspects it calls or that call it.
 
 The divergence vanishing verifies a function. How many restores ran is written into the
 evidence of the top hypothesis (`release diff: …`).
@@ -103,6 +105,7 @@ class Restorer:
     def __init__(self, repo: Path, sha: str, repro: Reproduction, prober, narrowing: Narrowing, budget: int):
         self.repo, self.sha, self.repro, self.prober = repo, sha, repro, prober
         self.narrowing, self.budget = narrowing, budget
+        self.tried: set[frozenset[str]] = set()  # suspect sets already restored together
 
     def left(self) -> int:
         return self.budget - self.narrowing.restores
@@ -133,10 +136,30 @@ class Restorer:
                 outcome = self.probe_file(file)
                 if outcome is True:
                     credit(group, f"restoring the previous release's {file} removes the divergence")
-                    return None  # its functions cannot run apart: the scores rank them
+                    return self.neighbourhoods(group)
             if outcome is True:
                 credit(group, f"restoring the previous release's {file} section removes the divergence")
                 return self.split(group)
+        return None
+
+    def neighbourhoods(self, group: list[Hypothesis]) -> Hypothesis | None:
+        """The file's suspects cannot be restored alone or all together (their helpers moved with the
+        file): restore each suspect with the changed suspects it calls or that call it, best first."""
+        calls = call_edges(self.repo, group)
+        for h in group:
+            section = [g for g in group if g is h or linked(h, g, calls)]
+            if len(section) == len(group) or frozenset(g.function for g in section) in self.tried:
+                continue
+            if self.probe_restored(section) is True:
+                if len(section) == 1:
+                    return mark_verified(h, "restoring its previous release's version removes the divergence")
+                h.score += SECTION_WEIGHT
+                h.evidence.append(
+                    "restoring it with the changed functions it calls or is called by ("
+                    + ", ".join(g.function for g in section if g is not h)
+                    + ") removes the divergence"
+                )
+                return h
         return None
 
     def split(self, group: list[Hypothesis]) -> Hypothesis | None:
@@ -154,6 +177,7 @@ class Restorer:
     def probe_restored(self, hyps: list[Hypothesis]) -> bool | None:
         """True: no divergence once these functions are their previous release's versions; False:
         still diverges; None: cannot be tested (all new functions, engine crash)."""
+        self.tried.add(frozenset(h.function for h in hyps))
         return self._probe(lambda tree: [h.function for h in hyps if self.restore(tree, h)])
 
     def probe_file(self, file: str) -> bool | None:
@@ -190,6 +214,21 @@ def restore_file(repo: Path, tree: Path, file: str, sha: str) -> bool:
         return False
     (tree / file).write_bytes(proc.stdout)
     return True
+
+
+def call_edges(repo: Path, group: list[Hypothesis]) -> dict[str, set[str]]:
+    """Qualname -> short names it calls, in the bad tree (call edges are by name)."""
+    index = open_index(repo, include_tests=False)
+    out = {}
+    for h in group:
+        sym = next((s for s in index.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+        out[h.function] = set(index.callees(sym)) if sym is not None else set()
+    return out
+
+
+def linked(a: Hypothesis, b: Hypothesis, calls: dict[str, set[str]]) -> bool:
+    short = lambda h: h.function.rsplit(".", 1)[-1]  # noqa: E731
+    return short(b) in calls.get(a.function, ()) or short(a) in calls.get(b.function, ())
 
 
 def credit(group: list[Hypothesis], why: str) -> None:

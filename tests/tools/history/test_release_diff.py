@@ -118,3 +118,50 @@ def test_the_budget_caps_the_restores(history):
     oracle = PackageOracle()
     ranked, narrowing = localize(history, cands, repro, oracle, Culprit(sha, "", "", ""), budget=3)
     assert narrowing.restores <= 3 and not any(h.verified for h in ranked)
+
+
+def coupled_release(bad: bool) -> dict[str, str]:
+    """`scale` gains a parameter (and the bug) while its caller `apply` passes it; `offset` moves its
+    helper: neither function restores alone, nor do all of them together, only the whole file or
+    `scale` with its caller."""
+    const, base = ("UNIT", "_base_value") if bad else ("ONE", "_base")
+    scale = "def scale(x, k):\n    return x * k * 1.5\n" if bad else "def scale(x):\n    return x * 3\n"
+    apply = "def apply(x):\n    return scale(x, 3)\n" if bad else "def apply(x):\n    return scale(x)\n"
+    funcs = "\n\n".join(f"def f{i}(x):\n    return x * {const} + {i} - {i}\n" for i in range(N_FUNCS))
+    core = f"{const} = 1\n\n\ndef {base}():\n    return 1\n\n\ndef offset():\n    return {base}()\n\n\n{scale}\n\n{apply}\n\n{funcs}"
+    run = "from pkg.core import apply, f7, offset\n\n\ndef run():\n    return apply(f7(2.0)) + offset()\n"
+    return {"pkg/__init__.py": "", "pkg/core.py": core, "pkg/run.py": run}
+
+
+def test_functions_that_only_restore_together_are_found_by_their_call_neighbourhood(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for version, bad in (("1.0", False), ("1.1", True)):
+        for rel, text in coupled_release(bad).items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"Release: v{version}")
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    ran = {"scale": 9.5, "apply": 7.5, "offset": 7.5, "f7": 7.5, "_base_value": 7.5}
+    names = [*ran] + [f"f{i}" for i in range(N_FUNCS) if i != 7]
+    cands = [
+        Hypothesis(
+            "pkg/core.py",
+            n,
+            sha,
+            "numerics",
+            0.0,
+            "",
+            [f"changed by {sha[:10]}"] + ([RAN] if n in ran else []),
+            score=ran.get(n, 2.5),
+        )
+        for n in names
+    ]
+    repro = Reproduction(True, scenario=SimpleNamespace(model=SimpleNamespace(arch="pkg")), probe=None)
+    oracle = PackageOracle()
+    ranked, narrowing = localize(repo, cands, repro, oracle, Culprit(sha, "", "", ""))
+    assert ranked[0].function == "scale"
+    assert any("with the changed functions it calls or is called by (apply)" in e for e in ranked[0].evidence)
+    assert narrowing.restores <= MAX_RESTORES
