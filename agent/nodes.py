@@ -107,8 +107,11 @@ class ToolStages:
         return rank(cands, top=len(cands))  # all of them: verification may lift a low one
 
     def verify(self, repo, cands, repro, prober, culprit, top):
+        from tools.history import release_diff
         from tools.hypotheses.verify import verify
 
+        if release_diff.is_release(cands, culprit):  # a whole release is the culprit: narrow inside its diff
+            return release_diff.localize(repo, cands, repro, prober, culprit)[0]
         return verify(repo, cands, repro, prober, culprit, top=top)
 
 

@@ -117,3 +117,25 @@ def test_truth_commit_must_be_a_later_release(tmp_path):
 
 def test_releases_folder_name():
     assert Releases("typing-extensions", ("4.0",)).folder == "typing_extensions"
+
+
+def test_unknown_package_is_one_line_and_leaves_nothing(tmp_path):
+    case = release_case(tmp_path / "cases", "no-such-package", "diffdx-no-such-package", ["1.0"])
+    with pytest.raises(
+        BuildError, match=r"^case no-such-package: diffdx-no-such-package==1.0: no wheel can be fetched"
+    ) as e:
+        build_case_repo(case, tmp_path / "repo")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "repo").exists()
+    assert not [p for p in (cache_root() / "wheels").iterdir() if "no-such-package" in p.name]
+
+
+def test_versions_out_of_order_build_nothing(tmp_path):
+    """Refused before any wheel is fetched: no repo, no cache entry for either version."""
+    case = release_case(tmp_path / "cases", "backwards-build", "idna", ["3.5", "3.4"])
+    with pytest.raises((CaseError, BuildError), match=r"oldest first.*3.4 comes after 3.5") as e:
+        build_case_repo(case, tmp_path / "repo")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "repo").exists()
+    wheels = cache_root() / "wheels"
+    assert not [p for p in (wheels.iterdir() if wheels.is_dir() else []) if p.name in ("idna-3.5", "idna-3.4")]

@@ -179,7 +179,22 @@ def config_overrides(checkpoint: str) -> dict:
     if major() >= 5:
         return {}
     config = json.loads((Path(checkpoint) / "config.json").read_text())
-    return {k: v for k, v in release_compat_keys(config).items() if k != "torch_dtype"}  # dtype: dtype_kwarg
+    extra = release_compat_keys(config)
+    known = known_config_keys(config.get("model_type")) or set(extra)
+    # dtype goes through dtype_kwarg; a key the release's config class lacks (Qwen2 before 4.45 has no
+    # rope_scaling) would reach the model's __init__ and fail there, where a config.json holding it loads
+    # and is ignored by the model: leave it out, as that release does
+    return {k: v for k, v in extra.items() if k != "torch_dtype" and k in known}
+
+
+def known_config_keys(model_type: str | None) -> set[str]:
+    """Attributes of this release's default config for `model_type` (empty if it has none)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        return set(vars(CONFIG_MAPPING[model_type]()))
+    except (KeyError, TypeError, ValueError):
+        return set()
 
 
 def dtype_kwarg(dtype) -> dict:
