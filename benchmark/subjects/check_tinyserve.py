@@ -18,7 +18,7 @@ tinyserve's own sequences:
 
 Part-2 features get rows of their own (`feature` column), each against its reference:
 int8 / int4 weight-only quantization against transformers loading the same dequantized
-weights (tools.quant); speculative decoding (n-gram, a 1-layer draft model, the model as
+weights (tools.probe.quant); speculative decoding (n-gram, a 1-layer draft model, the model as
 its own draft) and tensor_parallel_size=2 against plain transformers. Every row also
 checks the engine's incrementally detokenized text against the tokenizer's decoding of
 the same tokens (multi-byte characters included).
@@ -78,7 +78,7 @@ def reference_ckpt(ckpt: str, options: dict) -> str:
     """Quantized targets are compared with transformers running the same dequantized weights."""
     if not options.get("quantization"):
         return ckpt
-    from tools.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
+    from tools.probe.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
     return str(ensure_dequantized(ckpt, options["quantization"], options.get("quant_group_size", DEFAULT_GROUP_SIZE)))
 
 
@@ -153,7 +153,7 @@ def compare(ckpt: str, dtype: str, prompts, outputs) -> dict:
 
 def check_case(arch: str, dtype: str, workload: str, options: dict, ckpt: str | None = None,
                feature: str = "base") -> dict:
-    from tools.checkpoints import ensure_checkpoint
+    from tools.probe.checkpoints import ensure_checkpoint
 
     ckpt = ckpt or str(ensure_checkpoint({"arch": arch, "seed": 0}))
     if options.get("draft_model") in DRAFTS:
@@ -182,7 +182,7 @@ def matrix(archs, quick: bool):
 
 
 def _checkpoint(arch: str, **keys) -> str:
-    from tools.checkpoints import ensure_checkpoint
+    from tools.probe.checkpoints import ensure_checkpoint
     return str(ensure_checkpoint({"arch": arch, **keys}))
 
 
