@@ -1,0 +1,276 @@
+"""diffdx check: sweep an engine against the reference over a matrix of configurations, for CI.
+
+    python -m agent.check --engine tinyserve [--target-source DIR] [--matrix FILE] [--budget-min 20]
+
+Every cell (arch x dtype x feature set x workload) is one probe. Divergent cells are grouped by
+first divergent tap and trigger, each group's smallest member is minimized further, and when the
+target source is a git repository the group is diagnosed with the full pipeline. Writes
+junit.xml (one test per cell), summary.md, results.json and per group its minimal scenario,
+divergence plot and report. Exit 0: every cell agrees; 1: a cell diverged or its engine failed;
+2: bad input; 3: environment (docs/check.md, docs/exit-codes.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import tomli_w
+
+from tools.engines.runner import EngineRunError
+from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_dir
+from tools.preflight import adapter, check_options, check_target_source
+from tools.probe import compare
+from tools.probe.prober import Prober, ProbeResult, parse_spec
+from tools.scenario import EngineSpec, Scenario
+from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
+from tools.sweep.matrix import Cell, covering_order, load_matrix, scenario_of
+from tools.sweep.output import junit_xml, markdown_summary
+
+MINIMIZE_PROBES = 8  # probes spent shrinking one group's scenario
+
+
+def declared_features(spec: EngineSpec, source: Path | None) -> dict[str, dict]:
+    """The features the engine's adapter declares for the tree under test (its trigger axes):
+    name -> the options that switch it on."""
+    from tools.engines import engine_capabilities
+
+    return {axis.name: dict(axis.options) for axis in engine_capabilities(spec.engine, source).trigger_axes}
+
+
+def verdict(cell: Cell, result: ProbeResult, seconds: float) -> CellResult:
+    if not result.diverged:
+        return CellResult(cell, "agree", seconds, result.summary, engine_runs=result.engine_runs)
+    first = result.first
+    tap = first.tap if first else ("text" if result.texts and not result.tokens else "tokens")
+    from tools.probe.prober import render_table
+
+    return CellResult(
+        cell,
+        "diverge",
+        seconds,
+        result.summary,
+        first_tap=tap,
+        ratio=first.ratio if first else None,
+        engine_runs=result.engine_runs,
+        detail=render_table(result),
+    )
+
+
+def run_cell(
+    prober: Prober, cell: Cell, scenario: Scenario, source: Path | None
+) -> tuple[CellResult, ProbeResult | None]:
+    start = time.monotonic()
+    try:
+        result = prober.probe(scenario, source)
+    except EngineRunError as e:
+        return CellResult(cell, "error", time.monotonic() - start, str(e).splitlines()[0][:300], detail=str(e)), None
+    return verdict(cell, result, time.monotonic() - start), result
+
+
+def sweep(
+    cells: list[tuple[Cell, Scenario]],
+    prober: Prober,
+    source: Path | None,
+    budget_s: float | None,
+    log,
+    fail_fast: bool = False,
+) -> tuple[list[CellResult], dict[str, ProbeResult]]:
+    """Probe the cells in order until the time budget would be overrun by the next one (judged by
+    the median cell so far), or, with `fail_fast`, until one diverges; the rest are reported skipped."""
+    start, results, probes = time.monotonic(), [], {}
+    for i, (cell, scenario) in enumerate(cells):
+        elapsed = time.monotonic() - start
+        typical = statistics.median(r.seconds for r in results) if results else 0.0
+        note = None
+        if budget_s is not None and elapsed + typical > budget_s:
+            note = f"not run: the {budget_s / 60:g}-minute budget was spent after {len(results)} cells"
+        elif fail_fast and any(r.status in ("diverge", "error") for r in results):
+            note = "not run: --fail-fast stopped at the first failing cell"
+        if note:
+            results += [CellResult(c, "skipped", 0.0, note) for c, _ in cells[i:]]
+            break
+        r, probe = run_cell(prober, cell, scenario, source)
+        results.append(r)
+        if probe is not None and r.status == "diverge":
+            probes[cell.id] = probe
+        log(
+            f"[{i + 1}/{len(cells)}] {cell.id}: {r.status} ({r.seconds:.1f} s) {r.summary if r.status != 'agree' else ''}"
+        )
+    return results, probes
+
+
+def scenario_toml(sc: Scenario) -> str:
+    return tomli_w.dumps(sc.to_dict())
+
+
+def still_diverges(prober: Prober, source: Path | None, tap_group: str):
+    """A reduction is kept when the probe still diverges with the first divergence in the same
+    place (any layer): a smaller scenario that diverges elsewhere would be another bug."""
+
+    def check(sc: Scenario) -> bool:
+        try:
+            r = prober.probe(sc, source)
+        except EngineRunError:
+            return False
+        if not r.diverged:
+            return False
+        tap = r.first.tap if r.first else ("text" if r.texts and not r.tokens else "tokens")
+        return any_layer(tap) == tap_group
+
+    return check
+
+
+def explain(group: Group, sc: Scenario) -> str:
+    """The issue text a diagnosis of the group starts from: what the sweep saw, no guesses."""
+    rep = group.representative()
+    return (
+        f"diffdx check: {sc.target.engine} diverges from the reference in {len(group.cells)} cells of the sweep "
+        f"(feature set `{group.key[1]}`, workloads {', '.join(group.workloads)}), first at `{group.key[0]}`.\n\n"
+        f"Representative cell {rep.cell.id}: {rep.summary}\n\nCells: " + ", ".join(r.cell.id for r in group.cells)
+    )
+
+
+def follow_up(group: Group, sc: Scenario, prober: Prober, source: Path | None, out: Path, args, log) -> dict:
+    """Minimize the group's scenario, plot it, and diagnose it when the source has a history."""
+    from tools.report import plot_divergence
+
+    folder = out / group.id
+    folder.mkdir(parents=True, exist_ok=True)
+    keep = frozenset(args.spec.options)  # the user's own options (--engine) stay
+    small, steps, used = minimize(sc, still_diverges(prober, source, group.key[0]), args.minimize_probes, keep)
+    rel = folder.relative_to(out)  # paths in summary.md and results.json are relative to --out
+    info: dict = {"steps": steps, "probes": used, "scenario": str(rel / "scenario.toml")}
+    (folder / "scenario.toml").write_text(scenario_toml(small))
+    result = prober.probe(small, source)
+    if result.diverged and plot_divergence(
+        result.stats,
+        folder / "divergence.png",
+        result.first.requests if result.first else None,
+        result.first.tap if result.first else None,
+        title=f"{group.id}: {result.summary}",
+    ):
+        info["plot"] = str(rel / "divergence.png")
+    info["minimal_summary"] = result.summary
+    if args.no_diagnose:
+        info["diagnosis_note"] = "not diagnosed (--no-diagnose)"
+    elif source is None or not (source / ".git").exists():
+        info["diagnosis_note"] = "not diagnosed: --target-source is not a git repository (no history to read)"
+    else:
+        log(f"diagnosing {group.id} ...")
+        info.update(diagnose_group(group, small, source, folder, args))
+        if "report" in info:
+            info["report"] = str(Path(info["report"]).relative_to(out))
+    return info
+
+
+def diagnose_group(group: Group, sc: Scenario, source: Path, folder: Path, args) -> dict:
+    from agent.run import Inputs, RunConfig, diagnose
+
+    if args.good_ref:
+        sc = replace(sc, good_ref=args.good_ref)
+    inputs = Inputs(f"check-{group.id}", explain(group, sc), sc, source, source)
+    report = diagnose(inputs, RunConfig(llm=args.llm), out_dir=folder / "report")
+    hyps = report.get("hypotheses") or []
+    out: dict = {"report": str(folder / "report" / "report.json")}
+    if hyps:
+        out["top"] = {k: hyps[0].get(k) for k in ("file", "function", "commit", "verified")}
+    else:
+        out["diagnosis_note"] = "the pipeline produced no hypothesis; see the report"
+    return out
+
+
+def parse_args(argv) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m agent.check", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    ap.add_argument("--engine", required=True, help="ENGINE[:key=value,...]: the target and options for every cell")
+    ap.add_argument("--target-source", type=Path, help="source tree of the engine under test (a git repo: diagnosed)")
+    ap.add_argument("--matrix", type=Path, help="TOML: arch, dtype, features, workload lists (default: all)")
+    ap.add_argument("--reference", default=None, help="reference engine (default: transformers), e.g. refmodel")
+    ap.add_argument("--budget-min", type=float, help="time budget; cells past it are skipped and listed")
+    ap.add_argument("--good-ref", help="a ref of --target-source known to be good (bisection for diagnoses)")
+    ap.add_argument("--no-diagnose", action="store_true", help="group and minimize only, no diagnosis")
+    ap.add_argument("--fail-fast", action="store_true", help="stop starting cells after the first failing one")
+    ap.add_argument("--minimize-probes", type=int, default=MINIMIZE_PROBES, help="probes per group to shrink it")
+    ap.add_argument("--llm", choices=("none", "openai"), default="none")
+    ap.add_argument("--out", type=Path, default=Path("out/check"), help="output folder (default out/check)")
+    ap.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
+    args = ap.parse_args(argv)
+    if args.budget_min is not None and not args.budget_min > 0:
+        raise BadInput(f"--budget-min must be > 0, got {args.budget_min}")
+    if args.minimize_probes < 0:
+        raise BadInput(f"--minimize-probes must be >= 0, got {args.minimize_probes}")
+    if ":" in args.engine and "=" not in args.engine.split(":", 1)[1]:
+        raise BadInput(f"--engine {args.engine!r}: give ENGINE[:key=value,...]; the dtype is an axis of the matrix")
+    engine, _, opts = args.engine.partition(":")
+    args.spec = parse_spec(f"{engine}::{opts}", EngineSpec(engine=engine))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tools.engines.runner import end_cleanly
+
+    args = parse_args(argv)
+    end_cleanly(False)
+    adapter(args.spec.engine)
+    source = check_target_source(args.spec.engine, args.target_source)
+    check_options(args.spec, source, "target")
+    declared = declared_features(args.spec, source)
+    matrix = load_matrix(args.matrix, declared)
+    reference = None
+    if args.reference:
+        adapter(args.reference)
+        reference = {"engine": args.reference}
+    out = writable_dir(args.out)
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    cells = [(c, scenario_of(c, args.spec, declared, reference)) for c in covering_order(matrix.cells())]
+    start = time.monotonic()
+    prober = Prober()
+    budget_s = args.budget_min * 60 if args.budget_min else None
+    results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast)
+    groups = group_cells(results)
+    scenarios = dict((c.id, sc) for c, sc in cells)
+    followed = {
+        g.id: follow_up(g, scenarios[g.representative().cell.id], prober, source, out, args, log) for g in groups
+    }
+    wall = time.monotonic() - start
+    (out / "junit.xml").write_text(junit_xml(results, "diffdx check", args.spec.engine))
+    (out / "summary.md").write_text(markdown_summary(results, groups, followed, args.spec.engine, wall))
+    (out / "results.json").write_text(json.dumps(results_json(results, groups, followed, wall), indent=2) + "\n")
+    failed = [r for r in results if r.status in ("diverge", "error")]
+    print(
+        f"{len(results)} cells: {sum(r.status == 'agree' for r in results)} agree, "
+        f"{sum(r.status == 'diverge' for r in results)} diverge in {len(groups)} groups, "
+        f"{sum(r.status == 'error' for r in results)} errored, {sum(r.status == 'skipped' for r in results)} skipped "
+        f"({wall:.0f} s); {out / 'summary.md'}"
+    )
+    return DIVERGED if failed else AGREE
+
+
+def results_json(results: list[CellResult], groups: list[Group], followed: dict, wall: float) -> dict:
+    return {
+        "wall_s": round(wall, 1),
+        "threshold": compare.THRESHOLD,
+        "cells": [
+            {"cell": r.cell.id, **{k: v for k, v in asdict(r).items() if k not in ("cell", "detail")}} for r in results
+        ],
+        "groups": [
+            {
+                "id": g.id,
+                "tap": g.key[0],
+                "features": g.key[1],
+                "workloads": g.workloads,
+                "cells": [r.cell.id for r in g.cells],
+                **followed.get(g.id, {}),
+            }
+            for g in groups
+        ],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,182 @@
+"""The sweep's pure parts: matrix files, covering order, cell scenarios, grouping, minimizing, JUnit."""
+
+from __future__ import annotations
+
+import pytest
+from junitparser import Error, Failure, JUnitXml, Skipped
+
+from tools.scenario import EngineSpec, from_dict
+from tools.sweep.group import CellResult, any_layer, group_cells, minimize, reductions
+from tools.sweep.matrix import (
+    AXES,
+    Cell,
+    MatrixError,
+    covering_order,
+    default_matrix,
+    load_matrix,
+    options_of,
+    scenario_of,
+)
+from tools.sweep.output import junit_xml, markdown_summary
+
+FEATURES = {"prefix": {"enable_prefix_caching": True}, "blocks": {"block_size": 4}}
+
+
+def test_default_matrix_crosses_every_axis():
+    m = default_matrix(FEATURES)
+    assert m.features == ("none", "prefix", "blocks", "all")
+    assert "float64" not in m.dtype
+    assert len(m.cells()) == len(m.arch) * len(m.dtype) * 4 * len(m.workload)
+
+
+def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('arch = ["gemma2"]\nfeatures = ["prefix", "prefix"]\n')
+    m = load_matrix(path, FEATURES)
+    assert m.arch == ("gemma2",) and m.features == ("prefix",)
+    assert m.dtype == default_matrix(FEATURES).dtype
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ('archs = ["llama"]', "unknown axes ['archs']"),
+        ('arch = ["falcon"]', "arch ['falcon'] unknown here"),
+        ('features = ["speculative"]', "features ['speculative'] unknown here"),
+        ('dtype = ["float64"]', "dtype ['float64'] unknown here"),
+        ("workload = []", "must be a non-empty list"),
+        ('arch = "llama"', "must be a non-empty list"),
+        ("arch = [", "not valid TOML"),
+    ],
+)
+def test_bad_matrix_files_say_what_is_wrong(tmp_path, text, words):
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    with pytest.raises(MatrixError, match=None) as e:
+        load_matrix(path, FEATURES)
+    assert words in str(e.value) and str(path) in str(e.value)
+
+
+def test_missing_matrix_file_is_bad_input(tmp_path):
+    with pytest.raises(MatrixError, match="cannot read it"):
+        load_matrix(tmp_path / "nope.toml", FEATURES)
+
+
+def test_covering_order_covers_every_value_first_then_pairs():
+    cells = default_matrix(FEATURES).cells()
+    ordered = covering_order(cells)
+    assert sorted(c.id for c in ordered) == sorted(c.id for c in cells)
+    widest = max(len(set(c.axis(a) for c in cells)) for a in AXES)
+    head = ordered[:widest]
+    for axis in AXES:
+        assert {c.axis(axis) for c in head} == {c.axis(axis) for c in cells}, axis
+    pairs = {((a, c.axis(a)), (b, c.axis(b))) for c in cells for i, a in enumerate(AXES) for b in AXES[i + 1 :]}
+    covered, needed = set(), None
+    for count, c in enumerate(ordered, 1):
+        covered |= {((a, c.axis(a)), (b, c.axis(b))) for i, a in enumerate(AXES) for b in AXES[i + 1 :]}
+        if needed is None and covered == pairs:
+            needed = count
+    assert needed is not None and needed < len(cells) / 2  # all pairs long before the full product
+    assert covering_order(cells, seed=0) == ordered  # deterministic
+
+
+def test_cell_scenarios_switch_their_features_and_keep_user_options():
+    target = EngineSpec("tinyserve", "float32", {"max_num_seqs": 4})
+    sc = scenario_of(Cell("mistral", "bfloat16", "all", "long"), target, FEATURES)
+    assert sc.target.dtype == "bfloat16"
+    assert sc.target.options == {"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 4}
+    assert len(sc.requests[0].prompt_ids) > 32  # past mistral's tiny sliding window
+    assert options_of(Cell("llama", "float32", "none", "staggered"), FEATURES) == {}
+    sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES)
+    assert all(not r.greedy and r.sampling["ignore_eos"] for r in sampled.requests)
+
+
+def _r(arch, features, workload, tap, status="diverge"):
+    return CellResult(Cell(arch, "float32", features, workload), status, 1.0, f"at {tap}", first_tap=tap)
+
+
+def test_groups_fold_cells_whose_feature_is_not_the_trigger():
+    results = [
+        _r("llama", "none", "long", "layers.1.attn.out"),
+        _r("qwen2", "prefix", "staggered", "layers.0.attn.out"),
+        _r("llama", "all", "long", "layers.1.attn.out"),
+        _r("llama", "blocks", "staggered", "layers.0.attn.k"),
+        _r("llama", "all", "staggered", "layers.0.attn.k"),
+        _r("llama", "none", "sampled", "sampler.probs"),
+        _r("gemma2", "none", "long", "layers.1.attn.out", status="agree"),
+    ]
+    groups = group_cells(results)
+    assert [(g.key, len(g.cells)) for g in groups] == [
+        (("layers.*.attn.out", "none"), 3),
+        (("layers.*.attn.k", "blocks"), 2),
+        (("sampler.probs", "none"), 1),
+    ]
+    assert groups[0].workloads == ["long", "staggered"]
+    assert any_layer("layers.12.mlp.down") == "layers.*.mlp.down"
+
+
+def test_representative_prefers_full_precision():
+    a = CellResult(Cell("qwen2", "bfloat16", "none", "long"), "diverge", first_tap="logits")
+    b = CellResult(Cell("mistral", "float32", "none", "long"), "diverge", first_tap="logits")
+    (g,) = group_cells([a, b])
+    assert g.representative() is b
+
+
+def _scenario():
+    return from_dict(
+        {
+            "model": {"arch": "llama"},
+            "target": {"engine": "tinyserve", "options": {"block_size": 4, "enable_prefix_caching": True}},
+            "workload": {
+                "requests": [{"prompt_ids": [5, 6, 7], "max_tokens": 8}, {"prompt_ids": [9, 10], "max_tokens": 8}]
+            },
+        }
+    )
+
+
+def test_minimize_keeps_only_what_the_divergence_needs():
+    # the "bug" needs block_size and request 1; anything else can go
+    def diverges(sc):
+        return "block_size" in sc.target.options and any(r.prompt_ids == (9, 10) for r in sc.requests)
+
+    small, steps, used = minimize(_scenario(), diverges, budget=20)
+    assert small.target.options == {"block_size": 4}
+    assert [r.prompt_ids for r in small.requests] == [(9, 10)]
+    assert small.requests[0].max_tokens == 2
+    assert steps[0] == "without option enable_prefix_caching" and used <= 20
+
+
+def test_minimize_respects_budget_and_user_options():
+    calls = []
+    small, _, used = minimize(
+        _scenario(),
+        lambda sc: calls.append(sc) or True,
+        budget=2,
+        keep_options=frozenset({"block_size", "enable_prefix_caching"}),
+    )
+    assert used == 2 == len(calls)
+    assert set(small.target.options) == {"block_size", "enable_prefix_caching"}
+    assert all("option" not in d for d, _ in reductions(small, frozenset(small.target.options)))
+
+
+def test_junit_is_read_by_a_real_consumer(tmp_path):
+    results = [
+        _r("llama", "none", "long", "layers.1.attn.out"),
+        CellResult(Cell("qwen2", "float32", "none", "long"), "agree", 2.5, "agree"),
+        CellResult(Cell("gemma2", "float16", "all", "sampled"), "error", 0.5, "engine crashed: boom"),
+        CellResult(Cell("mistral", "float16", "all", "sampled"), "skipped", 0.0, "not run: budget"),
+    ]
+    path = tmp_path / "junit.xml"
+    path.write_text(junit_xml(results, "diffdx check", "tinyserve"))
+    xml = JUnitXml.fromfile(str(path))
+    suite = next(iter(xml))
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (4, 1, 1, 1)
+    kinds = {case.name: [type(r) for r in case.result] for case in suite}
+    assert kinds == {
+        "llama-float32-none-long": [Failure],
+        "qwen2-float32-none-long": [],
+        "gemma2-float16-all-sampled": [Error],
+        "mistral-float16-all-sampled": [Skipped],
+    }
+    md = markdown_summary(results, group_cells(results), {}, "tinyserve", 10.0)
+    assert "1 diverge, 1 errored, 1 not run" in md and "mistral-float16-all-sampled" in md

@@ -1,0 +1,187 @@
+"""The sweep's matrix: axes and their values -> cells -> scenarios (docs/check.md).
+
+A matrix names, per axis, the values to cross:
+
+    arch     = ["llama", "qwen2", "mistral", "gemma2"]
+    dtype    = ["float32", "bfloat16", "float16"]
+    features = ["none", "prefix_caching", "all"]     # feature sets the engine's adapter declares
+    workload = ["staggered", "long", "sampled"]      # request shapes (WORKLOADS)
+
+Every cell is one probe of the target against the reference. Plain data and pure functions; the
+probing is `agent.check`'s job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.errors import BadInput
+from tools.probe.checkpoints import TINY_PRESETS
+from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict
+
+AXES = ("arch", "dtype", "features", "workload")
+TARGET_DTYPES = tuple(d for d in DTYPES if d != "float64")  # a float64 target is the reference itself
+SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, shared by later requests
+SAMPLED = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "repetition_penalty": 1.2, "seed": 7}
+
+
+class MatrixError(BadInput):
+    """A matrix file that cannot be run; the message says which axis or value and why."""
+
+
+def _staggered(window: int | None) -> list[dict]:
+    """Three requests arriving at different steps; two share a prefix (prefix caching, batching)."""
+    return [
+        {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
+        {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 6, "arrival_step": 2},
+        {"prompt_ids": list(range(300, 311)), "max_tokens": 6, "arrival_step": 1},
+    ]
+
+
+def _long(window: int | None) -> list[dict]:
+    """A prompt past the sliding window (when the arch has one) and several KV blocks, decoded on."""
+    length = max(72, (window or 0) + 24)
+    return [{"prompt_ids": [(17 * i + 5) % 480 + 3 for i in range(length)], "max_tokens": 10}]
+
+
+def _sampled(window: int | None) -> list[dict]:
+    """Two sampled requests with every sampler stage on (top-k/top-p/min-p, a penalty, a seed)."""
+    return [
+        {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
+        {"prompt_ids": list(range(200, 214)), "max_tokens": 8, "arrival_step": 1, "sampling": dict(SAMPLED, seed=11)},
+    ]
+
+
+WORKLOADS = {"staggered": _staggered, "long": _long, "sampled": _sampled}
+
+
+@dataclass(frozen=True)
+class Cell:
+    arch: str
+    dtype: str
+    features: str  # "none", one declared feature, or "all"
+    workload: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.arch}-{self.dtype}-{self.features}-{self.workload}"
+
+    def axis(self, name: str) -> str:
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    arch: tuple[str, ...]
+    dtype: tuple[str, ...]
+    features: tuple[str, ...]
+    workload: tuple[str, ...]
+
+    def cells(self) -> list[Cell]:
+        return [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
+
+
+def feature_sets(declared: dict[str, dict]) -> tuple[str, ...]:
+    """The default feature axis: nothing on, each declared feature alone, everything on."""
+    names = tuple(declared)
+    return ("none", *names, "all") if len(names) > 1 else ("none", *names)
+
+
+def default_matrix(declared: dict[str, dict]) -> Matrix:
+    return Matrix(tuple(TINY_PRESETS), TARGET_DTYPES, feature_sets(declared), tuple(WORKLOADS))
+
+
+def load_matrix(path: Path | None, declared: dict[str, dict]) -> Matrix:
+    """The matrix file (TOML, the axes as top-level keys; missing axes take the default's values),
+    checked against what exists: archs, dtypes, workloads, and the features the engine declares."""
+    base = default_matrix(declared)
+    if path is None:
+        return base
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as e:
+        raise MatrixError(f"matrix {path}: cannot read it ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise MatrixError(f"matrix {path}: not valid TOML ({e})") from None
+    unknown = sorted(set(data) - set(AXES))
+    if unknown:
+        raise MatrixError(f"matrix {path}: unknown axes {unknown}; the axes are {', '.join(AXES)}")
+    allowed = {
+        "arch": tuple(TINY_PRESETS),
+        "dtype": TARGET_DTYPES,
+        "features": ("none", *declared, "all"),
+        "workload": tuple(WORKLOADS),
+    }
+    values = {}
+    for axis in AXES:
+        given = data.get(axis, list(getattr(base, axis)))
+        if not isinstance(given, list) or not given or not all(isinstance(v, str) for v in given):
+            raise MatrixError(f"matrix {path}: {axis} must be a non-empty list of names, got {given!r}")
+        bad = [v for v in given if v not in allowed[axis]]
+        if bad:
+            raise MatrixError(f"matrix {path}: {axis} {bad} unknown here; one of {', '.join(allowed[axis])}")
+        values[axis] = tuple(dict.fromkeys(given))
+    return Matrix(**values)
+
+
+def options_of(cell: Cell, declared: dict[str, dict]) -> dict:
+    """The engine options a cell's feature set switches on."""
+    if cell.features == "none":
+        return {}
+    if cell.features == "all":
+        merged: dict = {}
+        for opts in declared.values():
+            merged.update(opts)
+        return merged
+    return dict(declared[cell.features])
+
+
+def scenario_of(cell: Cell, target: EngineSpec, declared: dict[str, dict], reference: dict | None = None) -> Scenario:
+    """The cell as a Scenario: the tiny seeded model of its arch, its workload, the target's own
+    options (from --engine) under the feature set's."""
+    window = TINY_PRESETS[cell.arch].get("sliding_window")
+    requests = WORKLOADS[cell.workload](window)
+    for r in requests:
+        r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
+    data = {
+        "model": {"arch": cell.arch, "seed": 0},
+        "target": {
+            "engine": target.engine,
+            "dtype": cell.dtype,
+            "options": {**target.options, **options_of(cell, declared)},
+        },
+        "workload": {"requests": requests},
+    }
+    if reference:
+        data["reference"] = dict(reference)
+    return from_dict(data)
+
+
+def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:
+    """Cells ordered so that a prefix covers as much as it can: first every value of every axis,
+    then every pair of values of two axes, then the rest (seeded shuffle). Cutting the list
+    anywhere (a time budget) keeps the widest coverage for the cells run."""
+    rng = random.Random(seed)
+    rest = list(cells)
+    rng.shuffle(rest)
+    ordered: list[Cell] = []
+    for arity in (1, 2):
+        seen: set = set().union(*(_combos(c, arity) for c in ordered))
+        while True:
+            gain = [(len(_combos(c, arity) - seen), i) for i, c in enumerate(rest)]
+            best = max(gain, default=(0, -1))
+            if best[0] == 0:
+                break
+            cell = rest.pop(best[1])
+            ordered.append(cell)
+            seen |= _combos(cell, arity)
+    return ordered + rest
+
+
+def _combos(cell: Cell, arity: int) -> set:
+    pairs = [(a, cell.axis(a)) for a in AXES]
+    return set(itertools.combinations(pairs, arity))
