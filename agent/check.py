@@ -83,7 +83,9 @@ def sweep(
 ) -> tuple[list[CellResult], dict[str, ProbeResult]]:
     """Probe the cells in order until the time budget would be overrun by the next one (judged by
     the median cell so far), or, with `fail_fast`, until one diverges; the rest are reported skipped."""
-    start, results, probes = time.monotonic(), [], {}
+    start = time.monotonic()
+    results: list[CellResult] = []
+    probes: dict[str, ProbeResult] = {}
     for i, (cell, scenario) in enumerate(cells):
         elapsed = time.monotonic() - start
         typical = statistics.median(r.seconds for r in results) if results else 0.0

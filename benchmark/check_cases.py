@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -56,8 +55,7 @@ def sweep_case(case: Case, out: Path, budget_min: float | None) -> dict:
         if budget_min:
             cmd += ["--budget-min", str(budget_min)]
         start = time.monotonic()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)  # `-m` from ROOT imports this checkout
         seconds = time.monotonic() - start
     row = {"case": case.id, "subject": case.subject, "tree": how, "exit": p.returncode, "seconds": round(seconds, 1)}
     results = out / case.id / "results.json"
