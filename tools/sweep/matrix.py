@@ -34,11 +34,14 @@ class MatrixError(BadInput):
 
 
 def _staggered(window: int | None) -> list[dict]:
-    """Three requests arriving at different steps; two share a prefix (prefix caching, batching)."""
+    """Three requests arriving at different steps: the second shares the first's prefix (a prefix
+    cache hit); the third starts with a 16-token block of the first's prompt at another position
+    (the same block content where the cache must not match: a block's identity includes what
+    precedes it)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
         {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 6, "arrival_step": 2},
-        {"prompt_ids": list(range(300, 311)), "max_tokens": 6, "arrival_step": 1},
+        {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
     ]
 
 
