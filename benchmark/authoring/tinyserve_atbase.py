@@ -53,6 +53,7 @@ class AtBaseCase:
     component: str
     mechanism: str
     track: str = "at-base"
+    subject: str = "tinyserve"  # the contract's other attribute: which subject the case builds on
 
     def history(self) -> list[Step]:
         """The base bug, then every distractor of the component's files, dated after it."""
