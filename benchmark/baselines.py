@@ -168,7 +168,8 @@ RECENT_COMMITS = 12
 
 def recent_commits(repo: Path, last: int | None) -> list:
     """The last `last` commits of HEAD's first-parent chain (None: all since the `base` tag), newest first."""
-    span = ["-n", str(last), "HEAD"] if last else ["base..HEAD"]
+    # a root commit is the snapshot itself, not a change: it never counts as a recent commit
+    span = ["-n", str(last), "--min-parents=1", "HEAD"] if last else ["base..HEAD"]
     return _parse_log(_git(repo, "log", "--first-parent", f"--format={_LOG_FORMAT}", *span))
 
 

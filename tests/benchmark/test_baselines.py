@@ -54,6 +54,7 @@ def test_revert_recent_sees_the_functions_each_recent_commit_changed(tmp_path: P
         if i == 0:
             git("tag", "base")
     assert [c.subject for c in recent_commits(tmp_path, 2)] == ["c3", "c2"]
+    assert [c.subject for c in recent_commits(tmp_path, 12)] == ["c3", "c2", "c1"]  # the root snapshot is no change
     window = recent_commits(tmp_path, None)
     assert [c.subject for c in window] == ["c3", "c2", "c1"]
     changed = changed_functions(tmp_path, open_index(tmp_path, include_tests=False), window)
