@@ -85,6 +85,8 @@ class RunConfig:
             object.__setattr__(self, "diagnosis", agent_config.RunConfig(llm=self.llm))
         elif self.diagnosis.llm != self.llm:
             raise ValueError(f"the diagnosis config's llm {self.diagnosis.llm!r} is not --llm {self.llm!r}")
+        if self.diagnosis is not None and self.diagnosis.ablate != self.ablate:  # one source: --ablate
+            object.__setattr__(self, "diagnosis", replace(self.diagnosis, ablate=tuple(self.ablate)))
         if self.workers < 1 or self.samples < 1:
             raise ValueError(f"--workers and --samples must be >= 1, got {self.workers} and {self.samples}")
         if self.agent not in AGENTS and ":" not in self.agent:
@@ -459,7 +461,7 @@ def _main(argv: list[str] | None) -> int:
             workers=args.workers,
             ray=args.ray,
             samples=args.samples,
-            diagnosis=replace(diagnosis_config(args), ablate=ablate),
+            diagnosis=diagnosis_config(args),
             ablate=ablate,
         )
         with status.live(quiet=args.quiet):

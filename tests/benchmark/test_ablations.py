@@ -26,7 +26,7 @@ def test_without_taps_every_probe_reads_the_output_only_but_coverage_runs_stay_b
     assert AblatedStages(("bisect",))._prober(inner) is inner
 
 
-def test_benchmark_run_records_ablations_and_sends_them_to_the_worker(tmp_path: Path):
+def test_benchmark_run_records_ablations_and_sends_them_in_each_diagnosis_config(tmp_path: Path):
     args = parse_args(["--ablate", "coverage,taps", "--out", str(tmp_path)])
     cfg = RunConfig(out=tmp_path, ablate=tuple(args.ablate.split(",")))
     with pytest.raises(ValueError, match="not of agent 'bisect-only'"):
@@ -34,5 +34,5 @@ def test_benchmark_run_records_ablations_and_sends_them_to_the_worker(tmp_path: 
     with pytest.raises(ValueError, match="unknown ablation"):
         RunConfig(out=tmp_path, ablate=("everything",))
 
-    (job,) = make_jobs(load_cases(None, ["ts-compile-stale-positions"]), cfg)
-    assert job.agent == ABLATED_AGENT and job.env["DIFFDX_ABLATE"] == "coverage,taps"
+    (job,) = make_jobs(load_cases(None, ["ts-prefix-hash-chain"]), cfg)
+    assert job.agent == ABLATED_AGENT and job.config.ablate == ("coverage", "taps")
