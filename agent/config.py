@@ -105,6 +105,7 @@ class RunConfig:
     verify_top: int = 6  # suspected changes checked by counterfactual (stops at the first that fixes it)
     device: str = "cpu"
     engine_timeout_s: float = 600.0
+    ablate: tuple[str, ...] = ()  # parts of the pipeline switched off (benchmark.run --ablate; benchmark/ablations.py)
     endpoint: Endpoint = field(default_factory=Endpoint, compare=False)  # the LLM's; not recorded
 
     def __post_init__(self):

@@ -112,8 +112,9 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 # --- entry points for benchmark.run and agent.triage -----------------------------------------------
 
 
-def diagnose_case(case_input, out_dir: Path, cfg: RunConfig) -> dict:
-    """benchmark.run's agent: a CaseInput (issue, scenario, built repo) and the run's config -> report dict."""
+def diagnose_case(case_input, out_dir: Path, cfg: RunConfig, stages=None) -> dict:
+    """benchmark.run's agent: a CaseInput (issue, scenario, built repo) and the run's config -> report dict.
+    `stages`: a replacement for agent.nodes.ToolStages (the ablations, benchmark/ablations.py)."""
     inputs = Inputs(
         str(case_input.issue_number),
         case_input.issue,
@@ -121,7 +122,7 @@ def diagnose_case(case_input, out_dir: Path, cfg: RunConfig) -> dict:
         Path(case_input.repo),
         Path(case_input.repo),
     )
-    return diagnose(inputs, cfg, Path(out_dir))
+    return diagnose(inputs, cfg, Path(out_dir), stages=stages)
 
 
 def diagnose_for_triage(issue: dict, scenario: Scenario | None, settings: Settings | None = None) -> dict | None:

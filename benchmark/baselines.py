@@ -5,6 +5,12 @@
 * bisect-only: bisection with the output-level probe as oracle; functions in the culprit's
   diff ranked by size of change. Without a good ref it has nothing to bisect and falls back
   to the output-only ranking.
+* revert-recent: every function changed by the last N commits (N = 12; `revert-recent-all`:
+  every commit since the `base` tag) that ran in the failing scenario (function coverage) is
+  restored to its version before the window and the output-level probe re-run; functions whose
+  restore removed the divergence rank first, then by recency of their last change. No taps,
+  no bisection, no drill-down. It uses the scenario as reported (no trigger search), as the
+  full pipeline does when the scenario reproduces.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from pathlib import Path
 
 from agent.config import RunConfig
 from benchmark.cases import CaseInput
+from tools.engines.runner import EngineRunError
 from tools.history.culprit import find_culprit
+from tools.history.gitrepo import _LOG_FORMAT, GitError, _git, _parse_log, commit_diff, temporary_worktree
 from tools.hypotheses.evidence import Reproduction
+from tools.hypotheses.verify import restore_function
 from tools.probe.prober import Prober
 from tools.source.index import open_index
 
@@ -152,3 +161,76 @@ def bisect_only(case: CaseInput, out_dir: Path, config: RunConfig | None = None)
     ]
     first = result.first.to_dict() if result.first else None
     return _report(case, True, first, hyps, prober, start, {"sha": culprit.sha, "subject": culprit.subject})
+
+
+RECENT_COMMITS = 12
+
+
+def recent_commits(repo: Path, last: int | None) -> list:
+    """The last `last` commits of HEAD's first-parent chain (None: all since the `base` tag), newest first."""
+    # a root commit is the snapshot itself, not a change: it never counts as a recent commit
+    span = ["-n", str(last), "--min-parents=1", "HEAD"] if last else ["base..HEAD"]
+    return _parse_log(_git(repo, "log", "--first-parent", f"--format={_LOG_FORMAT}", *span))
+
+
+def changed_functions(repo: Path, index, commits: list) -> dict[tuple[str, str], tuple[int, object]]:
+    """(file, qualname) -> (recency: 0 = changed by the newest commit, symbol) over `commits` (newest first)."""
+    out = {}
+    for age, commit in enumerate(commits):
+        for change in index.symbols_for_hunks(commit_diff(repo, commit.sha)):
+            sym = change.symbol
+            if sym is not None and sym.kind != "class":
+                out.setdefault((sym.file, sym.qualname), (age, sym))
+    return out
+
+
+def restore_and_probe(case: CaseInput, prober: Prober, before_ref: str, sym) -> bool | None:
+    """True: the divergence is gone once `sym` is restored to its version at before_ref; None: untestable."""
+    try:
+        old = open_index(case.repo, commit=before_ref, include_tests=False)
+        prev = next((s for s in old.find(sym.qualname) if s.file == sym.file), None)
+        if prev is None:
+            return None  # added inside the window: nothing to restore
+        with temporary_worktree(case.repo, "HEAD") as tree:
+            if not restore_function(tree, sym.file, sym.qualname, old.read(prev)):
+                return None
+            return not prober.probe(case.scenario, tree, taps=OUTPUT_TAPS).diverged
+    except (GitError, EngineRunError):
+        return None
+
+
+def revert_recent(
+    case: CaseInput, out_dir: Path, config: RunConfig | None = None, last: int | None = RECENT_COMMITS
+) -> dict:
+    start, prober = time.monotonic(), make_prober(config)
+    result = prober.probe(case.scenario, case.repo, taps=OUTPUT_TAPS)
+    first = result.first.to_dict() if result.first else None
+    commits = recent_commits(case.repo, last)
+    if not result.diverged or not commits:
+        return _report(case, result.diverged, first, [], prober, start)
+    ran = set(prober.run_target(case.scenario, case.repo, taps=[], coverage=True).meta.get("coverage", []))
+    index = open_index(case.repo, include_tests=False)
+    changed = changed_functions(case.repo, index, commits)
+    candidates = sorted((age, key) for key, (age, _) in changed.items() if f"{key[0]}:{key[1]}" in ran)
+    before = f"{commits[-1].sha}^"
+    scored = []
+    for age, key in candidates:
+        removed = restore_and_probe(case, prober, before, changed[key][1])
+        scored.append((0 if removed else 1, age, key, removed))
+    scored.sort()
+    hyps = [
+        _hyp(i + 1, changed[key][1], _why(removed, age), commits[age].sha)
+        for i, (_, age, key, removed) in enumerate(scored)
+    ]
+    return _report(case, True, first, hyps, prober, start)
+
+
+def revert_recent_all(case: CaseInput, out_dir: Path, config: RunConfig | None = None) -> dict:
+    return revert_recent(case, out_dir, config, last=None)
+
+
+def _why(removed: bool | None, age: int) -> str:
+    verdict = {True: "restoring it removes the divergence", False: "restoring it leaves the divergence"}
+    return (
+        f"{verdict.get(removed, 'could not be restored')}; last changed {age + 1} commit(s) back, ran in the scenario"
+    )

@@ -33,7 +33,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,10 +48,13 @@ AGENTS = {
     "full": "agent.run:diagnose_case",
     "output-only": "benchmark.baselines:output_only",
     "bisect-only": "benchmark.baselines:bisect_only",
+    "revert-recent": "benchmark.baselines:revert_recent",
+    "revert-recent-all": "benchmark.baselines:revert_recent_all",
 }
 LLMS = agent_config.LLMS
 PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS")  # the endpoint travels in the config
 Agent = Callable[..., dict]  # (case_input: CaseInput, out_dir: Path, config: agent.config.RunConfig) -> report dict
+ABLATED_AGENT = "benchmark.ablations:diagnose_ablated"  # the full pipeline with parts off (--ablate)
 
 
 class AgentLookupError(LookupError):
@@ -73,6 +76,7 @@ class RunConfig:
     ray: bool = False
     samples: int = 1
     diagnosis: agent_config.RunConfig | None = None  # each diagnosis's config; None: the defaults with `llm`
+    ablate: tuple[str, ...] = ()  # parts of the full pipeline switched off (benchmark/ablations.py)
 
     def __post_init__(self):
         if self.llm not in LLMS:
@@ -81,10 +85,18 @@ class RunConfig:
             object.__setattr__(self, "diagnosis", agent_config.RunConfig(llm=self.llm))
         elif self.diagnosis.llm != self.llm:
             raise ValueError(f"the diagnosis config's llm {self.diagnosis.llm!r} is not --llm {self.llm!r}")
+        if self.diagnosis is not None and self.diagnosis.ablate != self.ablate:  # one source: --ablate
+            object.__setattr__(self, "diagnosis", replace(self.diagnosis, ablate=tuple(self.ablate)))
         if self.workers < 1 or self.samples < 1:
             raise ValueError(f"--workers and --samples must be >= 1, got {self.workers} and {self.samples}")
         if self.agent not in AGENTS and ":" not in self.agent:
             raise AgentLookupError(f"unknown agent {self.agent!r}; known: {', '.join(AGENTS)} (or module:function)")
+        if self.ablate:
+            from benchmark.ablations import parse_ablations
+
+            parse_ablations(",".join(self.ablate))  # ValueError names the known ones
+            if self.agent != "full":
+                raise ValueError(f"--ablate switches off parts of the full pipeline, not of agent {self.agent!r}")
 
 
 @dataclass(frozen=True)
@@ -157,11 +169,12 @@ def error_report(issue_number: int, error: str, trace: str = "") -> dict:
 
 def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
     env = agent_config.inherited(PASSTHROUGH_ENV)
+    agent = ABLATED_AGENT if cfg.ablate else cfg.agent
     jobs = []
     for case in cases:
         for i in range(cfg.samples):
             out = cfg.out / case.id if cfg.samples == 1 else cfg.out / case.id / "samples" / str(i)
-            jobs.append(Job(str(case.dir), i, cfg.agent, cfg.diagnosis, str(out.resolve()), env))
+            jobs.append(Job(str(case.dir), i, agent, cfg.diagnosis, str(out.resolve()), env))
     return jobs
 
 
@@ -228,7 +241,7 @@ def run_benchmark(cfg: RunConfig) -> dict:
     if not cases:
         raise CaseError(f"no cases to run in {cfg.cases_dir or 'the bundled cases dir'}")
     truths = {c.id: load_truth(c) for c in cases}  # a malformed truth.toml fails before any diagnosis
-    resolve_agent(cfg.agent)  # and so does an agent that cannot be imported
+    resolve_agent(ABLATED_AGENT if cfg.ablate else cfg.agent)  # and so does an agent that cannot be imported
     write_json(cfg.out / "args.json", run_record(cfg, cases))
     jobs = make_jobs(cases, cfg)
     execute = execute_ray if cfg.ray else execute_local
@@ -313,7 +326,8 @@ def results_markdown(results: dict) -> str:
         "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
     )
     lines = [
-        f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`",
+        f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`"
+        + (f", ablated `{','.join(results['config']['ablate'])}`" if results["config"].get("ablate") else ""),
         "",
         head,
         "|" + "---|" * 10,
@@ -399,6 +413,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-engine-runs", type=int, help="engine runs each diagnosis may spend (budget)")
     ap.add_argument("--max-wall-s", type=float, help="seconds each diagnosis may take (budget)")
     ap.add_argument("--verify-top", type=int, help="suspects each diagnosis checks by counterfactual")
+    ap.add_argument(
+        "--ablate", default="", help="full pipeline with parts off, comma-separated: taps, drilldown, coverage, bisect"
+    )
     ap.add_argument("--workers", type=int, default=1, help="parallel diagnoses (local processes or Ray tasks)")
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
@@ -434,6 +451,7 @@ def _main(argv: list[str] | None) -> int:
         if args.list:
             print(case_listing(load_cases(args.cases_dir, list(args.cases) or None)))
             return 0
+        ablate = tuple(a.strip() for a in args.ablate.split(",") if a.strip())
         cfg = RunConfig(
             out=args.out,
             cases=tuple(args.cases),
@@ -444,6 +462,7 @@ def _main(argv: list[str] | None) -> int:
             ray=args.ray,
             samples=args.samples,
             diagnosis=diagnosis_config(args),
+            ablate=ablate,
         )
         with status.live(quiet=args.quiet):
             results = run_benchmark(cfg)

@@ -47,7 +47,7 @@ def describe(pattern: dict, tap: str) -> list[str]:
     return lines
 
 
-def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) -> DrillDown:
+def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None, find_kernels: bool = True) -> DrillDown:
     result = repro.probe
     if result.first is None:  # tokens differ, no tap over threshold: the output itself is the clue
         return DrillDown("sampler.token", None, "sampler", evidence=[result.summary])
@@ -57,6 +57,8 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None) 
     drill = DrillDown(
         tap, tapnames.split(tap)[0], tapnames.component(tap), pattern=pattern, evidence=describe(pattern, tap)
     )
+    if not find_kernels:  # ablation (benchmark/ablations.py): localize, but swap no kernels
+        return drill
     before = prober.engine_runs
     drill.kernel = find_kernel(repro, prober, target_source, drill.evidence)
     drill.engine_runs = prober.engine_runs - before

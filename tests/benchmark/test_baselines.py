@@ -27,3 +27,35 @@ def test_rank_by_text_prefers_functions_named_like_the_issue(tmp_path: Path):
     ranked = rank_by_text(index, "Output repeats itself when I set a repetition penalty in the sampler")
     assert ranked[0][1].qualname == "apply_repetition_penalty"
     assert all(sym.qualname != "evict_block" for _, sym in ranked)  # shares no word with the issue
+
+
+def test_revert_recent_sees_the_functions_each_recent_commit_changed(tmp_path: Path):
+    """revert-recent's window: last N commits or all since `base`, newest first, each function
+    credited to the newest commit that changed it."""
+    import subprocess
+
+    from benchmark.baselines import changed_functions, recent_commits
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    src = tmp_path / "ops.py"
+    bodies = ["def scale(x):\n    return x * 2\n\n\ndef shift(x):\n    return x + 1\n"]
+    bodies.append(bodies[0].replace("x * 2", "x * 3"))
+    bodies.append(bodies[1].replace("x + 1", "x + 2"))
+    bodies.append(bodies[2].replace("x * 3", "x * 4"))
+    for i, body in enumerate(bodies):
+        src.write_text(body)
+        git("add", "-A")
+        git("commit", "-qm", f"c{i}")
+        if i == 0:
+            git("tag", "base")
+    assert [c.subject for c in recent_commits(tmp_path, 2)] == ["c3", "c2"]
+    assert [c.subject for c in recent_commits(tmp_path, 12)] == ["c3", "c2", "c1"]  # the root snapshot is no change
+    window = recent_commits(tmp_path, None)
+    assert [c.subject for c in window] == ["c3", "c2", "c1"]
+    changed = changed_functions(tmp_path, open_index(tmp_path, include_tests=False), window)
+    assert {k: age for k, (age, _) in changed.items()} == {("ops.py", "scale"): 0, ("ops.py", "shift"): 1}
