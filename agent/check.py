@@ -26,7 +26,7 @@ from tools.engines.runner import EngineRunError
 from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_dir
 from tools.preflight import adapter, check_options, check_target_source
 from tools.probe import compare
-from tools.probe.prober import Prober, ProbeResult, parse_spec
+from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
 from tools.sweep.matrix import Cell, covering_order, load_matrix, scenario_of
@@ -43,13 +43,18 @@ def declared_features(spec: EngineSpec, source: Path | None) -> dict[str, dict]:
     return {axis.name: dict(axis.options) for axis in engine_capabilities(spec.engine, source).trigger_axes}
 
 
+def first_tap(result: ProbeResult) -> str:
+    """Where a divergent probe first parts: its first tap, else the tokens, else the text."""
+    if result.first:
+        return result.first.tap
+    return "text" if result.texts and not result.tokens else "tokens"
+
+
 def verdict(cell: Cell, result: ProbeResult, seconds: float) -> CellResult:
     if not result.diverged:
         return CellResult(cell, "agree", seconds, result.summary, engine_runs=result.engine_runs)
     first = result.first
-    tap = first.tap if first else ("text" if result.texts and not result.tokens else "tokens")
-    from tools.probe.prober import render_table
-
+    tap = first_tap(result)
     return CellResult(
         cell,
         "diverge",
@@ -107,10 +112,6 @@ def sweep(
     return results, probes
 
 
-def scenario_toml(sc: Scenario) -> str:
-    return tomli_w.dumps(sc.to_dict())
-
-
 def still_diverges(prober: Prober, source: Path | None, tap_group: str):
     """A reduction is kept when the probe still diverges with the first divergence in the same
     place (any layer): a smaller scenario that diverges elsewhere would be another bug."""
@@ -120,10 +121,7 @@ def still_diverges(prober: Prober, source: Path | None, tap_group: str):
             r = prober.probe(sc, source)
         except EngineRunError:
             return False
-        if not r.diverged:
-            return False
-        tap = r.first.tap if r.first else ("text" if r.texts and not r.tokens else "tokens")
-        return any_layer(tap) == tap_group
+        return r.diverged and any_layer(first_tap(r)) == tap_group
 
     return check
 
@@ -148,7 +146,7 @@ def follow_up(group: Group, sc: Scenario, prober: Prober, source: Path | None, o
     small, steps, used = minimize(sc, still_diverges(prober, source, group.key[0]), args.minimize_probes, keep)
     rel = folder.relative_to(out)  # paths in summary.md and results.json are relative to --out
     info: dict = {"steps": steps, "probes": used, "scenario": str(rel / "scenario.toml")}
-    (folder / "scenario.toml").write_text(scenario_toml(small))
+    (folder / "scenario.toml").write_text(tomli_w.dumps(small.to_dict()))
     result = prober.probe(small, source)
     if result.diverged and plot_divergence(
         result.stats,

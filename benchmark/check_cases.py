@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import Case, load_cases, load_truth
 from tools.errors import EPILOG, run_cli, writable_dir
+from tools.history.gitrepo import GitError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +40,7 @@ def bug_alone(case: Case, repo: Path, tree: Path) -> str:
     try:
         git(tree, "cherry-pick", "--no-edit", sha, identity="diffdx check <check@diffdx.local>")
         return "culprit alone on base"
-    except subprocess.CalledProcessError:  # the culprit needs an earlier commit: sweep the culprit commit itself
+    except GitError:  # the culprit needs an earlier commit: sweep the culprit commit itself
         git(tree, "cherry-pick", "--abort")
         git(tree, "checkout", "-q", "--detach", sha)
         return "culprit commit (with the history before it)"
