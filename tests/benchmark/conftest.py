@@ -144,3 +144,13 @@ def make_case(cases_dir):
         return folder
 
     return make
+
+
+@pytest.fixture
+def three_cases(make_case, cases_dir):
+    make_case("bug-not-newest", 501, ["docs", "bug", "mixer"], category="numerics")
+    make_case("bug-newest", 502, ["docs", "bug"], category="kv-cache")
+    make_case(
+        "docs-only", 503, ["readme"], category="kv-cache", truth={k: v for k, v in BUG_TRUTH.items() if k != "commit"}
+    )
+    return cases_dir

@@ -16,7 +16,6 @@ import pytest
 from agent.config import RunConfig
 from benchmark.cases import CaseInput
 from benchmark.run import AgentLookupError, main, resolve_agent
-from tests.benchmark.conftest import BUG_TRUTH
 
 ROOT = Path(__file__).resolve().parents[2]
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.M)
@@ -71,16 +70,6 @@ def newest_change_agent(case: CaseInput, out_dir: Path, config: RunConfig) -> di
         "cost": {"engine_runs": 2, "llm_calls": 0, "tokens_in": 0, "tokens_out": 0},
         "budget_seen": config.max_engine_runs,  # the config benchmark.run passed down
     }
-
-
-@pytest.fixture
-def three_cases(make_case, cases_dir):
-    make_case("bug-not-newest", 501, ["docs", "bug", "mixer"], category="numerics")
-    make_case("bug-newest", 502, ["docs", "bug"], category="kv-cache")
-    make_case(
-        "docs-only", 503, ["readme"], category="kv-cache", truth={k: v for k, v in BUG_TRUTH.items() if k != "commit"}
-    )
-    return cases_dir
 
 
 def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
