@@ -49,12 +49,24 @@ def check_limits(scenario: Scenario, config: dict) -> None:
             )
             raise BadInput(
                 f"request {i}: {what} exceeds the model's {positions} positions "
-                "(max_position_embeddings); lower max_tokens"
+                f"(max_position_embeddings); lower max_tokens{_dynamic_rope_note(config)}"
             )
         if isinstance(vocab, int) and req.prompt_ids and max(req.prompt_ids) >= vocab:
             raise BadInput(
                 f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary (vocab_size {vocab})"
             )
+
+
+def _dynamic_rope_note(config: dict) -> str:
+    """Why running past the limit is refused even where the model is meant to: dynamic NTK RoPE."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "dynamic":
+        return ""
+    return (
+        " (dynamic NTK RoPE past it is not comparable yet: the trusted reference re-runs each sequence in"
+        " one forward, which rescales every position, while an engine with a KV cache, transformers'"
+        " generate included, keeps the keys it cached before the limit as they were)"
+    )
 
 
 def adapter(engine: str):

@@ -61,3 +61,18 @@ def test_model_path_without_config(tmp_path):
     sc = loads(SCENARIO.replace('arch = "llama"', f'path = "{Path(tmp_path)}"'))
     with pytest.raises(BadInput, match="has no config.json"):
         preflight(sc)
+
+
+def test_dynamic_ntk_past_the_limit_is_refused_with_the_reason():
+    """Found while checking a dropped hard case: past max_position_embeddings with dynamic NTK RoPE,
+    bug-free tinyserve parts from the teacher-forced reference at layers.0.attn.q_rot (ratio 1.1e4):
+    the single reference forward rescales the prompt's positions too, the KV-cached engine does not."""
+    sc = loads(SCENARIO.replace("max_tokens = 8", "max_tokens = 1022"))
+    dynamic = {"max_position_embeddings": 1024, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    with pytest.raises(
+        BadInput, match=r"exceeds the model's 1024 positions .*dynamic NTK RoPE past it is not comparable"
+    ):
+        check_limits(sc, dynamic)
+    with pytest.raises(BadInput) as plain:
+        check_limits(sc, {"max_position_embeddings": 1024, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    assert "dynamic" not in str(plain.value)
