@@ -6,7 +6,10 @@ Raw format (one record per issue, as copied from the stored issue excerpts):
     B: <body text as filed, possibly several lines>
 `body_part` says which part of the filed body the stored excerpt gave: `start` (the body from its
 beginning, cut), `middle` (a later part of the description), `none` (no description stored; title only).
-The split is a pure function of the url (sha256), fixed before any tuning.
+The split is a pure function of the url (sha256), fixed before any tuning. Files `raw/b*.txt` are the first
+collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
+classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
+the rest extra `train` (dev and the first test split stay as they were).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ RAW = HERE / "raw"
 OUT = HERE / "issues.jsonl"
 LABELS = ("silent", "crash", "install", "performance", "feature", "question", "other")
 TEST_BELOW, DEV_BELOW = 38, 58  # hash bucket (0..99): < 38 test, < 58 dev, else train
+TEST2_BELOW = 67  # second collection: hash bucket of "fresh:" + url < 67 -> test2, else train
+SECOND_COLLECTION = "n"  # raw file prefix of the second collection
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -29,6 +34,17 @@ def split_of(url: str) -> str:
     """Deterministic split from the url alone: test ~38 %, dev ~20 %, train ~42 %."""
     bucket = int(hashlib.sha256(url.encode()).hexdigest()[:8], 16) % 100
     return "test" if bucket < TEST_BELOW else "dev" if bucket < DEV_BELOW else "train"
+
+
+def fresh_split_of(url: str) -> str:
+    """Split of an issue from the second collection: test2 ~67 %, train ~33 % (a salted hash of the url alone)."""
+    bucket = int(hashlib.sha256(f"fresh:{url}".encode()).hexdigest()[:8], 16) % 100
+    return "test2" if bucket < TEST2_BELOW else "train"
+
+
+def split_for(url: str, raw_name: str) -> str:
+    """The split of an issue, from its url and the raw file it was transcribed into."""
+    return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
 def parse_raw(text: str) -> list[dict]:
@@ -50,7 +66,7 @@ def parse_raw(text: str) -> list[dict]:
     return records
 
 
-def finish(rec: dict) -> dict:
+def finish(rec: dict, raw_name: str = "b") -> dict:
     m = _URL.match(rec["url"])
     if not m or rec["label"] not in LABELS or rec["body_part"] not in ("start", "middle", "none"):
         raise ValueError(f"bad record header: {rec['url']} {rec['label']} {rec['body_part']}")
@@ -63,7 +79,7 @@ def finish(rec: dict) -> dict:
         "number": int(m.group(3)),
         "label": rec["label"],
         "body_part": rec["body_part"],
-        "split": split_of(rec["url"]),
+        "split": split_for(rec["url"], raw_name),
     }
 
 
@@ -74,14 +90,14 @@ def build() -> list[dict]:
             if rec["url"] in seen:
                 raise ValueError(f"duplicate url {rec['url']} in {path.name}")
             seen.add(rec["url"])
-            out.append(finish(rec))
+            out.append(finish(rec, path.name))
     return out
 
 
 def main() -> int:
     issues = build()
     OUT.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in issues))
-    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test")}
+    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2")}
     for i in issues:
         counts[i["split"]][i["label"]] += 1
     print(f"{len(issues)} issues -> {OUT}")
