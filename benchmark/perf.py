@@ -1,7 +1,8 @@
 """Where a diagnosis spends its time, and the old pipeline against the new one, side by side.
 
     python -m benchmark.perf stages CASE [--old]             per-stage wall time of one diagnosis
-    python -m benchmark.perf compare CASE ... [--repeats N]   median wall time per case, old vs new
+    python -m benchmark.perf compare CASE ... [--repeats N] [--old-ref REF]
+                                                            median wall time per case, old vs new
 
 `stages` runs the full agent on one bundled case in this process and splits its wall time by
 graph node (reproduce, localize, drill_down, bisect, read_source, hypothesize, verify), and the
@@ -13,7 +14,9 @@ interleaved so that load on the machine hits both alike, and reports each arm's 
 time per subject, their ratio, and whether every diagnosis scored the same.
 
 The old pipeline is DIFFDX_FORKSERVER=0 (a fresh `python -m` worker per run) and
-DIFFDX_COVERAGE=profile (a `sys.setprofile` hook); the new one is the default.
+DIFFDX_COVERAGE=profile (a `sys.setprofile` hook); the new one is the default. With `--old-ref REF`
+the old pipeline is diffdx as committed at REF instead (a git worktree of this repo, removed at the
+end, its own defaults), so that any change, not only a switch, is measured against its parent.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ARMS = {
@@ -33,6 +38,7 @@ ARMS = {
     "new": {"DIFFDX_FORKSERVER": "1", "DIFFDX_COVERAGE": "calls"},
 }
 RUN_PARTS = ("startup_s", "engine_s", "save_s", "load_s")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def stage_table(node_ends: list[tuple[str, float]], runs: list[dict], started: float) -> list[dict]:
@@ -96,13 +102,13 @@ def total_row(rows: list[dict]) -> dict:
     return {"stage": "total", **{k: sum(r[k] for r in rows) for k in keys}}
 
 
-def run_case(case_id: str, arm: str, out: Path) -> dict:
-    """`python -m benchmark.run CASE` under one arm's switches -> wall time and score."""
-    env = {**os.environ, **ARMS[arm]}
+def run_case(case_id: str, arm: str, out: Path, root: Path | None = None) -> dict:
+    """`python -m benchmark.run CASE` under one arm -> wall time and score. `root`: the arm's own
+    diffdx tree (cwd and PYTHONPATH), whose defaults it runs with; None: this one, with ARMS[arm]."""
+    env = {**os.environ, **(ARMS[arm] if root is None else {"PYTHONPATH": str(root)})}
+    cmd = [sys.executable, "-m", "benchmark.run", case_id, "--quiet", "--out", str(out.resolve())]
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmark.run", case_id, "--out", str(out)], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
     wall = time.monotonic() - started
     results = json.loads((out / "results.json").read_text()) if proc.returncode == 0 else {}
     score = next((c for c in results.get("cases", []) if c.get("case") == case_id), {})
@@ -116,14 +122,36 @@ def run_case(case_id: str, arm: str, out: Path) -> dict:
     }
 
 
-def compare(case_ids: list[str], repeats: int, out: Path) -> dict:
-    rows = []
-    for i in range(repeats):
-        for case_id in case_ids:
-            for arm in ("old", "new") if i % 2 == 0 else ("new", "old"):
-                rows.append(run_case(case_id, arm, out / f"{arm}-{i}" / case_id))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return summarize(rows)
+def compare(case_ids: list[str], repeats: int, out: Path, old_ref: str | None = None) -> dict:
+    """Each case under both arms, `repeats` times, the arms' order alternating; the old arm from a
+    worktree at `old_ref` when given."""
+    with old_tree(old_ref, out) as old_root:
+        roots = {"old": old_root, "new": None if old_root is None else ROOT}
+        rows = []
+        for i in range(repeats):
+            for case_id in case_ids:
+                for arm in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                    rows.append(run_case(case_id, arm, out / f"{arm}-{i}" / case_id, roots[arm]))
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    result = summarize(rows)
+    result["old"] = old_ref or " ".join(f"{k}={v}" for k, v in ARMS["old"].items())
+    return result
+
+
+@contextmanager
+def old_tree(ref: str | None, out: Path, repo: Path = ROOT) -> Iterator[Path | None]:
+    """A detached git worktree of `repo` at `ref` under `out` (None: no tree), removed afterwards."""
+    if ref is None:
+        yield None
+        return
+    from tools.history.gitrepo import run_git
+
+    tree = (out / "old-tree").resolve()
+    run_git(repo, "worktree", "add", "--detach", "--force", str(tree), ref)
+    try:
+        yield tree
+    finally:
+        run_git(repo, "worktree", "remove", "--force", str(tree))
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -161,13 +189,15 @@ def main(argv=None) -> int:
     cp.add_argument("cases", nargs="+")
     cp.add_argument("--repeats", type=int, default=1)
     cp.add_argument("--out", type=Path, default=Path("out") / "perf")
+    cp.add_argument("--old-ref", help="the old arm is diffdx at this git ref (a worktree), not the old switches")
     args = ap.parse_args(argv)
     print(f"load average before: {load_average()} ({os.cpu_count()} cores)")
     if args.cmd == "stages":
         os.environ.update(ARMS["old" if args.old else "new"])
         print(render_stages(stages(args.case)))
     else:
-        result = compare(args.cases, args.repeats, args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+        result = compare(args.cases, args.repeats, args.out, args.old_ref)
         print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2))
         (args.out / "perf.json").write_text(json.dumps(result, indent=2))
     print(f"load average after: {load_average()}")

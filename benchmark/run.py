@@ -2,7 +2,8 @@
 
     python -m benchmark.run [--cases-dir DIR] [CASE ...] [--agent full|output-only|bisect-only|module:function]
                             [--llm none|openai] [--model NAME] [--config run.toml] [--max-engine-runs N]
-                            [--max-wall-s S] [--verify-top N] [--workers N] [--ray] [--samples N] --out DIR
+                            [--max-wall-s S] [--verify-top N] [--workers N] [--ray | --ray-address A] [--samples N]
+                            --out DIR
 
 Per case (and sample) a worker builds the case repo in a temp dir and calls the agent with only
 the CaseInput and the diagnosis's config (agent.config.RunConfig: `--config` file, then the
@@ -55,6 +56,7 @@ LLMS = agent_config.LLMS
 PASSTHROUGH_ENV = ("DIFFDX_SUBJECTS", "DIFFDX_CACHE", "OMP_NUM_THREADS")  # the endpoint travels in the config
 Agent = Callable[..., dict]  # (case_input: CaseInput, out_dir: Path, config: agent.config.RunConfig) -> report dict
 ABLATED_AGENT = "benchmark.ablations:diagnose_ablated"  # the full pipeline with parts off (--ablate)
+RAY_OBJECT_STORE_BYTES = 100 * 2**20  # a local Ray's object store: reports only (Ray's floor is 75 MiB)
 
 
 class AgentLookupError(LookupError):
@@ -74,6 +76,7 @@ class RunConfig:
     llm: str = "none"
     workers: int = 1
     ray: bool = False
+    ray_address: str | None = None  # join this Ray cluster (implies ray); None: $RAY_ADDRESS, else a local one
     samples: int = 1
     diagnosis: agent_config.RunConfig | None = None  # each diagnosis's config; None: the defaults with `llm`
     ablate: tuple[str, ...] = ()  # parts of the full pipeline switched off (benchmark/ablations.py)
@@ -87,6 +90,8 @@ class RunConfig:
             raise ValueError(f"the diagnosis config's llm {self.diagnosis.llm!r} is not --llm {self.llm!r}")
         if self.diagnosis is not None and self.diagnosis.ablate != self.ablate:  # one source: --ablate
             object.__setattr__(self, "diagnosis", replace(self.diagnosis, ablate=tuple(self.ablate)))
+        if self.ray_address:
+            object.__setattr__(self, "ray", True)
         if self.workers < 1 or self.samples < 1:
             raise ValueError(f"--workers and --samples must be >= 1, got {self.workers} and {self.samples}")
         if self.agent not in AGENTS and ":" not in self.agent:
@@ -174,7 +179,7 @@ def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
     for case in cases:
         for i in range(cfg.samples):
             out = cfg.out / case.id if cfg.samples == 1 else cfg.out / case.id / "samples" / str(i)
-            jobs.append(Job(str(case.dir), i, agent, cfg.diagnosis, str(out.resolve()), env))
+            jobs.append(Job(str(case.dir.resolve()), i, agent, cfg.diagnosis, str(out.resolve()), env))
     return jobs
 
 
@@ -190,25 +195,37 @@ def execute_local(jobs: list[Job], workers: int, on_done: Callable[[dict], None]
     return results
 
 
-def execute_ray(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) -> list[dict]:
-    """Jobs as Ray tasks (one CPU each); connects to $RAY_ADDRESS if set, else starts a local Ray."""
+def execute_ray(
+    jobs: list[Job], workers: int, on_done: Callable[[dict], None], address: str | None = None
+) -> list[dict]:
+    """Jobs as Ray tasks (one CPU each) on the cluster at `address` (or $RAY_ADDRESS), else on a local
+    Ray started here with `workers` CPUs and stopped at the end. A task whose worker process dies
+    (killed, out of memory, os._exit) is not retried: it becomes that case's error report."""
     ray = import_ray()
-    # Ray workers do not share the driver's sys.path: hand them diffdx's root (and the cwd) explicitly.
-    here = agent_config.inherited(("PYTHONPATH", "RAY_ADDRESS"))
-    paths = [str(Path(__file__).resolve().parents[1]), os.getcwd(), here.get("PYTHONPATH", "")]
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, paths))}}
-    if "RAY_ADDRESS" in here:
-        ray.init(ignore_reinit_error=True, runtime_env=runtime_env)
-    else:
-        ray.init(ignore_reinit_error=True, num_cpus=workers, runtime_env=runtime_env)
-    task = ray.remote(num_cpus=1, max_retries=0)(diagnose_one)
-    pending = {task.remote(job): job for job in jobs}
-    results = []
-    while pending:
-        (ref,), _ = ray.wait(list(pending), num_returns=1)
-        results.append(_result_or_crash(lambda r=ref: ray.get(r), pending.pop(ref)))
-        on_done(results[-1])
-    return results
+    ray.init(**ray_init_args(workers, address, agent_config.inherited(("PYTHONPATH", "RAY_ADDRESS"))))
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(diagnose_one)
+        pending = {task.remote(job): job for job in jobs}
+        results = []
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            results.append(_result_or_crash(lambda r=ref: ray.get(r), pending.pop(ref)))
+            on_done(results[-1])
+        return results
+    finally:
+        ray.shutdown()  # leaves a joined cluster running; a local one started here stops
+
+
+def ray_init_args(workers: int, address: str | None, env: dict[str, str]) -> dict:
+    """ray.init's arguments. Ray workers do not share the driver's sys.path: diffdx's root, the cwd and
+    the driver's PYTHONPATH travel in the runtime env. A local cluster is kept small: no dashboard, a
+    100 MiB object store (reports are small), CPUs = workers. Pure."""
+    paths = [str(Path(__file__).resolve().parents[1]), os.getcwd(), env.get("PYTHONPATH", "")]
+    args: dict = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, paths))}}}
+    address = address or env.get("RAY_ADDRESS")
+    if address:
+        return {**args, "address": address}
+    return {**args, "num_cpus": workers, "include_dashboard": False, "object_store_memory": RAY_OBJECT_STORE_BYTES}
 
 
 def import_ray():
@@ -216,7 +233,8 @@ def import_ray():
         import ray
     except ImportError:
         raise RayMissingError(
-            "--ray needs Ray, which is not installed here: pip install ray (or drop --ray to run on local processes)"
+            "--ray needs Ray, which is not installed here: pip install ray==2.60.0, or pip install -e '.[ray]' "
+            "(or drop --ray to run on local processes)"
         ) from None
     return ray
 
@@ -244,9 +262,11 @@ def run_benchmark(cfg: RunConfig) -> dict:
     resolve_agent(ABLATED_AGENT if cfg.ablate else cfg.agent)  # and so does an agent that cannot be imported
     write_json(cfg.out / "args.json", run_record(cfg, cases))
     jobs = make_jobs(cases, cfg)
-    execute = execute_ray if cfg.ray else execute_local
     with status.task("benchmark cases done", total=len(jobs)) as line:
-        results = execute(jobs, cfg.workers, _progress(len(jobs), line))
+        if cfg.ray:
+            results = execute_ray(jobs, cfg.workers, _progress(len(jobs), line), cfg.ray_address)
+        else:
+            results = execute_local(jobs, cfg.workers, _progress(len(jobs), line))
     scores = [_score(case, truths[case.id], results, cfg) for case in cases]
     out = results_record(cfg, scores)
     write_json(cfg.out / "results.json", out)
@@ -417,7 +437,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ablate", default="", help="full pipeline with parts off, comma-separated: taps, drilldown, coverage, bisect"
     )
     ap.add_argument("--workers", type=int, default=1, help="parallel diagnoses (local processes or Ray tasks)")
-    ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks (needs `pip install ray`)")
+    ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks on a local Ray started here")
+    ap.add_argument("--ray-address", help="run diagnoses as Ray tasks on this running cluster (default $RAY_ADDRESS)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
     ap.add_argument("--out", type=Path, help="output folder (required unless --list)")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
@@ -460,6 +481,7 @@ def _main(argv: list[str] | None) -> int:
             llm=args.llm,
             workers=args.workers,
             ray=args.ray,
+            ray_address=args.ray_address,
             samples=args.samples,
             diagnosis=diagnosis_config(args),
             ablate=ablate,

@@ -52,3 +52,21 @@ def test_summary_gives_medians_per_subject_and_checks_scores():
     assert s["subjects"]["tf"]["ratio"] == pytest.approx(0.4) and s["same_scores"]
     rows[1]["rank"] = 3
     assert not summarize(rows)["same_scores"]
+
+
+def test_the_old_arm_runs_from_a_worktree_at_the_old_ref_removed_afterwards(tmp_path):
+    from benchmark.perf import old_tree
+    from tools.history.gitrepo import run_git
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    for text in ("old\n", "new\n"):
+        (repo / "pipeline.py").write_text(text)
+        run_git(repo, "add", "pipeline.py")
+        run_git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", text.strip())
+    with old_tree("HEAD~1", tmp_path / "out", repo) as tree:
+        assert (tree / "pipeline.py").read_text() == "old\n" and (repo / "pipeline.py").read_text() == "new\n"
+    assert not tree.exists() and str(tree) not in run_git(repo, "worktree", "list")
+    with old_tree(None, tmp_path / "out", repo) as none:
+        assert none is None

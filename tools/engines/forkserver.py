@@ -40,6 +40,9 @@ import traceback
 from tools.procgroup import kill_group
 
 PRELOAD = ("torch", "numpy", "safetensors.torch")  # third-party only: never an engine's code
+# Parts of installed third-party packages that an engine imports on its first run, seconds each
+# (transformers imports torch._dynamo and, through its losses, scipy.optimize); still never an engine's code.
+PRELOAD_DEEP = ("torch._dynamo", "scipy.optimize")
 
 
 # ---- inside the zygote ------------------------------------------------------------------------
@@ -197,12 +200,13 @@ class ForkServer:
         self.owner = os.getpid()  # a forked orchestrator must start its own
 
     def compatible(self, env: dict) -> bool:
-        """A forked child keeps the zygote's interpreter flags: any PYTHON* setting but the path must match."""
+        """A forked child keeps the zygote's interpreter flags and the packages it imported: any PYTHON*
+        setting but the path must match, and no folder on the run's path may hold its own copy of one."""
 
         def flags(e):
             return {k: v for k, v in e.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
-        return flags(env) == flags(self.env)
+        return flags(env) == flags(self.env) and not shadowed(env.get("PYTHONPATH", ""), PRELOAD + PRELOAD_DEEP)
 
     def start(self) -> None:
         with self.lock:
@@ -300,6 +304,18 @@ class ForkedRun:
         self.conn.close()
 
 
+def shadowed(pythonpath: str, modules: tuple[str, ...]) -> list[str]:
+    """The top-level packages of `modules` that a folder on `pythonpath` holds its own copy of. Pure
+    but for looking at the folders."""
+    packages = dict.fromkeys(m.split(".")[0] for m in modules)
+    entries = [p for p in pythonpath.split(os.pathsep) if p]
+    return [
+        pkg
+        for pkg in packages
+        if any(os.path.isdir(os.path.join(p, pkg)) or os.path.isfile(os.path.join(p, pkg + ".py")) for p in entries)
+    ]
+
+
 # ---- inside a forked child: look like a fresh `python -m module` ------------------------------
 
 
@@ -379,6 +395,11 @@ def main(sock_path: str) -> int:
     base_path = [p for p in sys.path[1:] if p not in own]  # sys.path[0] is the zygote's cwd
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in PRELOAD_DEEP:  # a speed-up only: a run imports what is missing itself
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     zygote = Zygote(sock_path)
     print("ready", flush=True)
     request = zygote.serve()

@@ -34,10 +34,12 @@ def capabilities(engine: str, out_path: str) -> int:
 def main(job_path: str, out_dir: str) -> int:
     import torch
 
-    from tools.engines import get_engine
+    from tools.engines import codecache, get_engine
     from tools.engines.protocol import RunJob
     from tools.probe import trace as trace_io
+    from tools.probe.checkpoints import cache_root
 
+    codecache.install(cache_root() / "bytecode")  # before the tree under test is imported
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     job = RunJob.from_json(json.loads(Path(job_path).read_text()))
     started = time.monotonic()

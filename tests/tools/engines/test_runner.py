@@ -151,3 +151,14 @@ def test_a_killed_orchestrator_leaves_no_worker_and_no_folder(tmp_path):
     while (alive(worker) or list(tmp.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(worker) and sorted(p.name for p in tmp.iterdir()) == []
+
+
+def test_a_tree_with_its_own_copy_of_a_preloaded_package_gets_that_copy(tmp_path, mode):
+    """The zygote imported scipy ahead (transformers needs it); a run whose path holds its own scipy
+    must import that one, so it is not forked from the zygote but started plain."""
+    seen = tmp_path / "scipy.txt"
+    tree = tree_with(tmp_path, f"import scipy\nopen({str(seen)!r}, 'w').write(scipy.__file__)\n")
+    (tree / "scipy").mkdir()
+    (tree / "scipy" / "__init__.py").write_text("")
+    run_engine(tiny_job(), tree, workdir=tmp_path)
+    assert seen.read_text() == str(tree / "scipy" / "__init__.py")
