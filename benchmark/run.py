@@ -34,6 +34,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,15 +185,43 @@ def make_jobs(cases: list[Case], cfg: RunConfig) -> list[Job]:
 
 
 def execute_local(jobs: list[Job], workers: int, on_done: Callable[[dict], None]) -> list[dict]:
-    """Jobs on `workers` local processes (spawned: no torch/thread state inherited)."""
-    results = []
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(diagnose_one, job): job for job in jobs}
-        for future in as_completed(futures):
-            results.append(_result_or_crash(future.result, futures[future]))
-            on_done(results[-1])
+    """Jobs on `workers` local processes (spawned: no torch/thread state inherited).
+
+    A worker that dies (os._exit, the OOM killer, a segfault) breaks the whole pool, and every job
+    not finished by then fails with it, though only one was at fault. Those jobs are run again in a
+    fresh pool; a job caught in two broken pools runs alone, where a death is its own: that case's
+    error report. The other cases are scored as if nothing had happened."""
+    results: list[dict] = []
+    broken_count = [0] * len(jobs)
+    remaining = list(range(len(jobs)))
+    while remaining:
+        broken = _pool_round([jobs[i] for i in remaining], workers, results, on_done)
+        for i in (remaining[k] for k in broken):
+            broken_count[i] += 1
+        again = [remaining[k] for k in broken]
+        for i in [i for i in again if broken_count[i] >= 2]:
+            _pool_round([jobs[i]], 1, results, on_done, last_try=True)
+        remaining = [i for i in again if broken_count[i] < 2]
     return results
+
+
+def _pool_round(
+    jobs: list[Job], workers: int, results: list[dict], on_done: Callable[[dict], None], last_try: bool = False
+) -> list[int]:
+    """One pool over `jobs`; finished ones go to `results`. -> indices of the jobs a broken pool took
+    down (none when `last_try`: then a broken pool is the job's own death, reported as its error)."""
+    ctx = multiprocessing.get_context("spawn")
+    broken = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(diagnose_one, job): k for k, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            k = futures[future]
+            if isinstance(future.exception(), BrokenProcessPool) and not last_try:
+                broken.append(k)
+                continue
+            results.append(_result_or_crash(future.result, jobs[k]))
+            on_done(results[-1])
+    return sorted(broken)
 
 
 def execute_ray(

@@ -72,6 +72,35 @@ def newest_change_agent(case: CaseInput, out_dir: Path, config: RunConfig) -> di
     }
 
 
+DYING_ISSUE = 504
+
+
+def dies_on_one_case(case: CaseInput, out_dir: Path, config: RunConfig) -> dict:
+    """newest_change_agent, except that on issue 504 the worker process exits half-way through, as
+    one killed by the OOM killer or a segfaulting extension would: no exception, no report."""
+    if case.issue_number == DYING_ISSUE:
+        (out_dir / "started").write_text("the worker got this far\n")
+        os._exit(17)
+    return newest_change_agent(case, out_dir, config)
+
+
+def test_a_dying_local_worker_is_its_case_s_error_and_the_others_are_scored(make_case, cases_dir, tmp_path):
+    """A worker process that exits mid-case breaks the local pool: the cases it took down with it
+    are run again, and only the dying one is reported, as an error (not every case still pending)."""
+    make_case("bug-not-newest", 501, ["docs", "bug", "mixer"], category="numerics")
+    make_case("bug-newest", 502, ["docs", "bug"], category="kv-cache")
+    make_case("worker-dies", DYING_ISSUE, ["docs", "bug"], category="numerics")
+    out = tmp_path / "local"
+    agent = "tests.benchmark.test_run:dies_on_one_case"
+    assert main(["--cases-dir", str(cases_dir), "--agent", agent, "--workers", "2", "--quiet", "--out", str(out)]) == 0
+    by_case = {c["case"]: c for c in json.loads((out / "results.json").read_text())["cases"]}
+    assert {k: (v["rank"], v["errors"]) for k, v in by_case.items()} == {
+        "bug-newest": (1, 0), "bug-not-newest": (2, 0), "worker-dies": (None, 1),
+    }  # fmt: skip
+    dead = json.loads((out / "worker-dies" / "report.json").read_text())
+    assert dead["hypotheses"] == [] and dead["error"].startswith("worker died: BrokenProcessPool")
+
+
 def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     out = tmp_path / "results"
     cmd = [

@@ -14,24 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import RunConfig
-from benchmark.cases import CaseInput
 from benchmark.run import main, ray_init_args
-from tests.benchmark.test_run import newest_change_agent
+from tests.benchmark.test_run import DYING_ISSUE
 
 ray = pytest.importorskip("ray")  # in the test extra; skipped only where someone installed without it
 
 ROOT = Path(__file__).resolve().parents[2]
-DYING_ISSUE = 504
-
-
-def dies_on_one_case(case: CaseInput, out_dir: Path, config: RunConfig) -> dict:
-    """newest_change_agent, except that on issue 504 the worker process exits half-way through, as
-    one killed by the OOM killer or a segfaulting extension would: no exception, no report."""
-    if case.issue_number == DYING_ISSUE:
-        (out_dir / "started").write_text("the worker got this far\n")
-        os._exit(17)
-    return newest_change_agent(case, out_dir, config)
 
 
 @pytest.fixture
@@ -49,7 +37,7 @@ def _scores(out: Path) -> dict:
 
 
 def test_ray_run_scores_like_local_workers_and_a_dying_worker_is_an_error(ray_cases, tmp_path):
-    agent = "tests.benchmark.test_run_ray:dies_on_one_case"
+    agent = "tests.benchmark.test_run:dies_on_one_case"
     local = tmp_path / "local"
     assert (
         main(["bug-newest", "bug-not-newest", "--cases-dir", str(ray_cases), "--agent", agent, "--out", str(local)])
