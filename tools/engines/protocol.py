@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tools.probe.trace import Trace
 from tools.scenario import EngineSpec, Scenario, from_dict
@@ -41,7 +41,7 @@ class Capabilities:
 
     @classmethod
     def from_json(cls, d: dict) -> Capabilities:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         axes = tuple(TriggerAxis(**{**a, "words": tuple(a.get("words", ()))}) for a in d.get("trigger_axes", ()))
         return cls(**{**fields, "trigger_axes": axes})
 
