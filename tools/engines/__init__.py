@@ -109,8 +109,10 @@ def engine_capabilities(
             code, log = execute(["--capabilities", name, str(out)], env, Path(tmp), timeout)
             if code is None:
                 raise EngineRunError(f"{name} capabilities timed out after {timeout:.0f}s", "timeout", log[-4000:])
+            tail = log.strip().splitlines() or ["no output"]
+            if code == 2 and tail[-1].startswith("error: "):  # the worker's one line for a name it cannot resolve
+                raise UnknownEngineError(tail[-1].removeprefix("error: "))
             if code != 0 or not out.exists():
-                tail = log.strip().splitlines() or ["no output"]
                 raise EngineRunError(f"{name} capabilities failed: {tail[-1][:300]}", "crash", log[-4000:])
             _capabilities_cache[key] = Capabilities.from_json(json.loads(out.read_text()))
     return _capabilities_cache[key]

@@ -97,13 +97,15 @@ class HFEngine:
     name = "transformers"
     package = "transformers"  # what a --target-source root must hold
 
-    def accepted_options(self, source_root: str | Path | None) -> set[str]:
-        """The allow-list (tools/engines/hf_generate.py): options this adapter taps correctly;
-        everything else is refused up front with its reason."""
-        return set(LOAD_ONLY) | set(ACCEPTED)
-
     def capabilities(self) -> Capabilities:
-        return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"), replace=REPLACEABLE)
+        # accepted_options: the allow-list (tools/engines/hf_generate.py), options this adapter taps
+        # correctly; everything else is refused up front with its reason
+        return Capabilities(
+            taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"),
+            replace=REPLACEABLE,
+            package=self.package,
+            accepted_options=tuple(sorted(set(LOAD_ONLY) | set(ACCEPTED))),
+        )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
         check_options(spec.options)

@@ -431,13 +431,10 @@ class TinyServeEngine:
     name = "tinyserve"
     package = "tinyserve"  # what a --target-source root must hold
 
-    def accepted_options(self, source_root: str | Path | None) -> set[str] | None:
-        """Engine options the tree under test takes: its Config fields and their aliases."""
-        fields = config_fields(Path(source_root or SUBJECT_ROOT) / "tinyserve" / "config.py")
-        return None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
-
     def capabilities(self) -> Capabilities:
         ts = import_tinyserve()
+        fields = config_fields(Path(ts.__file__).parent / "config.py")  # the imported tree's Config
+        accepted = None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
         return Capabilities(
             taps=("embed", "layers.*", *HEAD_TAPS),
             kernels=tuple(ts.ops.KERNELS),
@@ -447,6 +444,8 @@ class TinyServeEngine:
             replace=REPLACEABLE,
             trigger_axes=TRIGGER_AXES,
             option_aliases=OPTION_ALIASES,
+            package=self.package,
+            accepted_options=None if accepted is None else tuple(sorted(accepted)),
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
