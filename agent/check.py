@@ -24,7 +24,7 @@ import tomli_w
 
 from tools.engines.runner import EngineRunError
 from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_dir
-from tools.preflight import adapter, check_options, check_target_source
+from tools.preflight import check_engine, check_options, check_target_source
 from tools.probe import compare
 from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario
@@ -216,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     end_cleanly(False)
-    adapter(args.spec.engine)
+    check_engine(args.spec.engine)
     source = check_target_source(args.spec.engine, args.target_source)
     check_options(args.spec, source, "target")
     declared = declared_features(args.spec, source)
     matrix = load_matrix(args.matrix, declared)
     reference = None
     if args.reference:
-        adapter(args.reference)
+        check_engine(args.reference)
         reference = {"engine": args.reference}
     out = writable_dir(args.out)
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import benchmark.authoring
-from benchmark.authoring.patches import AuthoringError, Replacement, Step, author_history, write_patches
+from benchmark.authoring.patches import AuthoringError, Replacement, Step, author_history, shared_clones, write_patches
 from benchmark.cases import BUNDLED_CASES_DIR
 
 __all__ = ["AuthoringError", "Replacement", "Step", "author_history", "write_patches", "discover", "check_cases"]
@@ -57,7 +57,7 @@ def select(specs: dict[str, tuple[str, WritesCase]], ids: list[str]) -> list[Wri
 def check_cases(specs: list[WritesCase], cases_dir: Path) -> list[str]:
     """Regenerate `specs` into a temp dir; -> 'case/file: why' for every file that differs from `cases_dir`."""
     problems: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="diffdx-author-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="diffdx-author-check-") as tmp, shared_clones():
         for spec in specs:
             fresh = spec.write(Path(tmp))
             problems += folder_differences(fresh, Path(cases_dir) / spec.id, spec.id)

@@ -20,6 +20,7 @@ from tools.probe.prober import Prober, ProbeResult
 def divergence_pattern(result: ProbeResult, prompt_lengths: list[int]) -> dict:
     """Which requests, positions and steps diverge: the strongest clues. Pure."""
     f = result.first
+    assert f is not None, "a pattern needs a first divergent tap"
     n_requests = len(prompt_lengths)
     decode_only = all(p >= min(prompt_lengths[r] for r in f.requests) for p in f.positions)
     return {
@@ -49,6 +50,7 @@ def describe(pattern: dict, tap: str) -> list[str]:
 
 def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None, find_kernels: bool = True) -> DrillDown:
     result = repro.probe
+    assert result is not None and result.target is not None, "drill down needs a probed reproduction"
     if result.first is None:  # tokens differ, no tap over threshold: the output itself is the clue
         return DrillDown("sampler.token", None, "sampler", evidence=[result.summary])
     tap = result.first.tap
@@ -65,7 +67,7 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None, 
     return drill
 
 
-def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]) -> str | None:
+def find_kernel(repro: Reproduction, prober: Prober, source: Path | None, evidence: list[str]) -> str | None:
     """Bisect the swappable kernels with native twins; None when no kernel explains it."""
     try:
         kernels = list(engine_capabilities(repro.scenario.target.engine, source).kernels)  # the tree under test's
@@ -84,7 +86,7 @@ def find_kernel(repro: Reproduction, prober: Prober, source, evidence: list[str]
     return kernels[0]
 
 
-def _diverges(repro: Reproduction, prober: Prober, source, native: list[str]) -> bool:
+def _diverges(repro: Reproduction, prober: Prober, source: Path | None, native: list[str]) -> bool:
     try:
         return prober.probe(repro.scenario, source, native_kernels=native).diverged
     except EngineRunError:

@@ -3,8 +3,10 @@
 A source tree that does not hold the engine's package would quietly probe the installed
 engine instead; a tap pattern that matches nothing would print an empty table and "agree";
 max_tokens past the model's positions would run until the engine's timeout. Each of these is
-a `BadInput` here, with one line saying what to change. Reads only small files (config.json,
-the engine's option list); never loads weights.
+a `BadInput` here, with one line saying what to change. Reads only small files (config.json);
+never loads weights. What an engine takes (its package, its options) is what the tree under test
+declares, asked of a worker (tools.engines.engine_capabilities, cached for the run), so an adapter
+that only the tree holds is checked too.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools.errors import BadInput
 from tools.probe import taps as tapnames
 from tools.scenario import EngineSpec, Scenario, ScenarioError
+
+if TYPE_CHECKING:  # the engine modules import torch: loaded only when a check needs them
+    from tools.engines.protocol import Capabilities
 
 
 def model_config(model: dict) -> dict:
@@ -69,14 +75,24 @@ def _dynamic_rope_note(config: dict) -> str:
     )
 
 
-def adapter(engine: str):
-    """Engine name -> its adapter; an unknown name is bad input listing the known ones."""
-    from tools.engines import get_engine
+def check_engine(engine: str) -> None:
+    """A name that resolves nowhere is bad input listing the known ones; imports no adapter."""
+    from tools.engines import engine_path
 
+    engine_path(engine)
+
+
+def capabilities(engine: str, source: Path | None) -> Capabilities | None:
+    """What the engine declares in the tree under test; an unknown name is bad input listing the
+    known ones. None when the tree does not import: the probe then reports that run's failure."""
+    from tools.engines import engine_capabilities
+    from tools.engines.runner import EngineRunError
+
+    check_engine(engine)  # before any worker starts
     try:
-        return get_engine(engine)
-    except KeyError as e:
-        raise BadInput(str(e.args[0]) if e.args else f"unknown engine {engine!r}") from None
+        return engine_capabilities(engine, source)
+    except EngineRunError:
+        return None
 
 
 def check_target_source(engine: str, source: Path | None) -> Path | None:
@@ -88,7 +104,8 @@ def check_target_source(engine: str, source: Path | None) -> Path | None:
         raise BadInput(f"--target-source {source} does not exist")
     if not source.is_dir():
         raise BadInput(f"--target-source {source} is a file; give the folder that holds the engine's package")
-    package = getattr(adapter(engine), "package", None)
+    caps = capabilities(engine, source)
+    package = caps.package if caps is not None else ""
     if package and not (source / package).is_dir():
         hint = f"; did you mean its parent {source.parent}?" if source.name == package else ""
         raise BadInput(
@@ -124,14 +141,14 @@ def check_taps(patterns: list[str] | None, config: dict) -> None:
 def check_options(spec: EngineSpec, source: Path | None, where: str) -> None:
     """Engine options against what the engine accepts, when its adapter can say (its own
     `check_options` first: it knows why an option is refused, not only that it is)."""
-    own_check = getattr(adapter(spec.engine), "check_options", None)
-    if own_check is not None:
-        try:
-            own_check(spec)
-        except ValueError as e:
-            raise BadInput(f"[{where}] {e}") from None
-    accepted = getattr(adapter(spec.engine), "accepted_options", None)
-    known = accepted(source) if accepted else None
+    from tools.engines.protocol import check_spec
+
+    try:
+        check_spec(spec)
+    except ValueError as e:
+        raise BadInput(f"[{where}] {e}") from None
+    caps = capabilities(spec.engine, source)
+    known = caps.accepted_options if caps is not None else None
     if known is None:
         return
     unknown = sorted(set(spec.options) - set(known))
@@ -157,7 +174,6 @@ def preflight(
     if not isinstance(scenario, Scenario):
         raise ScenarioError("no scenario")
     source = check_target_source(scenario.target.engine, target_source)
-    adapter(scenario.reference.engine)
     config = model_config(scenario.model)
     check_limits(scenario, config)
     check_taps(taps, config)

@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 SEPARATOR = " › "
+T = TypeVar("T")
 
 
 @dataclass
@@ -88,7 +90,7 @@ def task(label: str, total: int | None = None):
     return _TASKS.task(label, total)
 
 
-def each(items: Iterable, label: str, detail: Callable[[object], str] = str) -> Iterator:
+def each(items: Iterable[T], label: str, detail: Callable[[T], str] = str) -> Iterator[T]:
     """`items`, one by one, counted on the status line as `label i/n detail(item)`."""
     items = list(items)
     with task(label, total=len(items)) as t:

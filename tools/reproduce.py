@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from tools import progress
 from tools.engines import engine_capabilities
@@ -85,6 +86,9 @@ class Variant:
     features: tuple[Feature, ...] = ()  # what it switches on (none: workload only)
 
 
+Found = tuple[Scenario, ProbeResult]  # a scenario whose probe diverges, with that probe
+
+
 def _prompt(req: Request, vocab: int, seed: int, length: int | None = None) -> list[int]:
     """Deterministic ids for extra requests; reuse the request's own ids when it has them."""
     rng = random.Random(seed)
@@ -139,7 +143,7 @@ def _staggered(sc: Scenario, vocab: int) -> Scenario:
     return _with_requests(sc, [replace(r, arrival_step=3 * i) for i, r in enumerate(batch.requests)])
 
 
-def _sampling(**params) -> Callable[[Scenario, int], Scenario]:
+def _sampling(**params: Any) -> Callable[[Scenario, int], Scenario]:
     def apply(sc: Scenario, vocab: int) -> Scenario:
         batch = _batch(sc, vocab)
         return _with_requests(sc, [replace(r, sampling={**r.sampling, **params}) for r in batch.requests])
@@ -147,14 +151,14 @@ def _sampling(**params) -> Callable[[Scenario, int], Scenario]:
     return apply
 
 
-def _options(**opts) -> Callable[[Scenario, int], Scenario]:
+def _options(**opts: Any) -> Callable[[Scenario, int], Scenario]:
     def apply(sc: Scenario, _vocab: int) -> Scenario:
         return sc.with_target(options={**sc.target.options, **opts})
 
     return apply
 
 
-def _then(*steps) -> Callable[[Scenario, int], Scenario]:
+def _then(*steps: Callable[[Scenario, int], Scenario]) -> Callable[[Scenario, int], Scenario]:
     def apply(sc: Scenario, vocab: int) -> Scenario:
         for step in steps:
             sc = step(sc, vocab)
@@ -180,7 +184,7 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
     """Variants for this scenario's target engine (its trigger axes, as the tree under test
     declares them), cheapest first."""
     caps = engine_capabilities_or_none(scenario, target_source)
-    axes = caps.trigger_axes if caps is not None else ()
+    axes = [(a, axis_feature(a, caps)) for a in caps.trigger_axes] if caps is not None else []
     out = [
         Variant("batch", "a batch of 4 requests of different lengths", _batch),
         Variant("long_prompt", "a 90-token prompt (past windows, blocks and chunks)", _long_prompt),
@@ -188,8 +192,8 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
         Variant("staggered", "4 requests arriving at different steps", _staggered),
     ]
     out += [
-        Variant(a.name, a.description, _then(_options(**a.options), *WORKLOADS[a.workload]), (axis_feature(a, caps),))
-        for a in axes
+        Variant(a.name, a.description, _then(_options(**a.options), *WORKLOADS[a.workload]), (feature,))
+        for a, feature in axes
     ]
     out += [
         Variant(
@@ -206,13 +210,13 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
         ),
     ]
     if axes:
-        everything = {k: v for a in axes for k, v in a.options.items()}
+        everything = {k: v for a, _ in axes for k, v in a.options.items()}
         out.append(
             Variant(
                 "everything",
                 "all engine features on, batch, shared prefix, long prompts",
                 _then(_options(**everything), _shared_prefix, _batch, _long_prompt),
-                tuple(axis_feature(a, caps) for a in axes),
+                tuple(feature for _, feature in axes),
             )
         )
     return out
@@ -283,7 +287,7 @@ def reproduce(
                 break
             found = _try(v.apply(scenario, vocab), v.description, prober, target_source, trials)
             why = off_issue(v, scenario, issue_text, found[1]) if found and issue_text is not None else None
-            if why:
+            if found is not None and why:
                 trials[-1].off_issue = why
                 side.append((found, SideFinding(v.description, why, found[1].summary, _first(found[1]))))
                 found = None
@@ -297,7 +301,15 @@ def _first(result: ProbeResult) -> dict | None:
     return result.first.to_dict() if result.first is not None else None
 
 
-def _conclude(scenario, found, trigger, side, trials, prober, target_source) -> Reproduction:
+def _conclude(
+    scenario: Scenario,
+    found: Found | None,
+    trigger: str,
+    side: list[tuple[Found, SideFinding]],
+    trials: list[Trial],
+    prober: Prober,
+    target_source: Path | None,
+) -> Reproduction:
     """The reproduction to diagnose: the on-issue one, else the first side finding, else none."""
     findings = [f for _, f in side]
     on_issue = found is not None
@@ -327,7 +339,7 @@ def _ordered(vs: list[Variant], order: list[str] | None) -> list[Variant]:
     return sorted(vs, key=lambda v: rank.get(v.name, len(rank)))
 
 
-def _try(sc: Scenario, description: str, prober: Prober, source, trials: list[Trial]):
+def _try(sc: Scenario, description: str, prober: Prober, source: Path | None, trials: list[Trial]) -> Found | None:
     before = prober.engine_runs
     try:
         result = prober.probe(sc, source)
@@ -342,7 +354,7 @@ def _try(sc: Scenario, description: str, prober: Prober, source, trials: list[Tr
     return (sc, result) if result.diverged else None
 
 
-def escalate(repro: Reproduction, prober: Prober, source, trials: list[Trial]) -> Reproduction:
+def escalate(repro: Reproduction, prober: Prober, source: Path | None, trials: list[Trial]) -> Reproduction:
     """bf16/fp16 divergence -> re-run in fp32: logic bug (persists) or precision bug (vanishes)."""
     if repro.scenario.target.dtype not in ("bfloat16", "float16"):
         repro.precision = "logic"

@@ -25,8 +25,10 @@ into the `base` commit, so a bug among them has no introducing commit (docs/desi
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,12 +67,44 @@ def write_patches(
     -> the patch files in apply order: `00-base-NN-slug.patch` for the base steps, then `NN-slug.patch`.
     """
     out = Path(case_dir) / "commits"
-    with tempfile.TemporaryDirectory(prefix="diffdx-author-") as tmp:
-        repo = author_history(subject, steps, Path(tmp) / "repo", base_steps)
+    with _work_repo(subject) as repo:
+        _replay(repo, subject, steps, base_steps)
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*.patch"):
             old.unlink()
         return _format_patches(repo, patch_names(steps, base_steps), out)
+
+
+_SHARED_CLONES: Path | None = None  # the folder of one clone per subject, inside `shared_clones()` only
+
+
+@contextmanager
+def shared_clones() -> Iterator[None]:
+    """Within the block, `write_patches` replays every case of a subject in one clone, reset to
+    `base` between cases, instead of cloning the subject per case (a transformers checkout takes
+    seconds): the same parent, trees, identities and dates, so the same patches."""
+    global _SHARED_CLONES
+    with tempfile.TemporaryDirectory(prefix="diffdx-author-clones-") as tmp:
+        _SHARED_CLONES = Path(tmp)
+        try:
+            yield
+        finally:
+            _SHARED_CLONES = None
+
+
+@contextmanager
+def _work_repo(subject: str) -> Iterator[Path]:
+    """A repo on the subject's pristine snapshot: a fresh clone, or the shared one reset to `base`."""
+    if _SHARED_CLONES is None:
+        with tempfile.TemporaryDirectory(prefix="diffdx-author-") as tmp:
+            yield clone_pristine(get_subject(subject), Path(tmp) / "repo")
+        return
+    repo = _SHARED_CLONES / subject
+    if not repo.exists():
+        clone_pristine(get_subject(subject), repo)
+    git(repo, "reset", "-q", "--hard", "base")
+    git(repo, "clean", "-q", "-f", "-d", "-x")
+    yield repo
 
 
 def patch_names(steps: Sequence[Step], base_steps: Sequence[Step] = ()) -> list[str]:
@@ -81,10 +115,15 @@ def patch_names(steps: Sequence[Step], base_steps: Sequence[Step] = ()) -> list[
 
 def author_history(subject: str, steps: Sequence[Step], dest: Path, base_steps: Sequence[Step] = ()) -> Path:
     """Replay `base_steps` + `steps` as commits on the pristine snapshot in a new repo at `dest` (kept)."""
+    repo = clone_pristine(get_subject(subject), dest)
+    _replay(repo, subject, steps, base_steps)
+    return repo
+
+
+def _replay(repo: Path, subject: str, steps: Sequence[Step], base_steps: Sequence[Step] = ()) -> None:
     if not steps and not base_steps:
         raise AuthoringError("no steps: a case needs at least one commit")
     maintainer = get_subject(subject).maintainer
-    repo = clone_pristine(get_subject(subject), dest)
     for i, step in enumerate([*base_steps, *steps], 1):
         where = f"step {i} ({step.message.splitlines()[0]!r})"
         if callable(step.edits):
@@ -96,7 +135,6 @@ def author_history(subject: str, steps: Sequence[Step], dest: Path, base_steps: 
         if not git(repo, "status", "--porcelain"):
             raise AuthoringError(f"{where}: the edits change nothing")
         _commit(repo, step, maintainer)
-    return repo
 
 
 def _commit(repo: Path, step: Step, maintainer: str) -> None:
@@ -143,6 +181,7 @@ def apply_replacement(root: Path, file: str, old: str | None, new: str | None, w
 def _format_patches(repo: Path, names: Sequence[str], out: Path) -> list[Path]:
     raw = Path(git(repo, "rev-parse", "--git-dir"))
     tmp = (repo / raw if not raw.is_absolute() else raw) / "patches"
+    shutil.rmtree(tmp, ignore_errors=True)  # a shared clone's previous case
     git(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered", "-o", str(tmp), "base..HEAD")
     written = []
     for made, name in zip(sorted(tmp.glob("*.patch")), names, strict=True):

@@ -74,3 +74,22 @@ def test_steps_that_change_nothing_or_bad_identities_fail(subject_root, tmp_path
             [Step("x", "Di Wu <d@e.com>", "2025-04-01T00:00:00+00:00", [("nope.py", "a", "b")])],
             tmp_path / "repo2",
         )
+
+
+def test_shared_clones_write_the_same_patches(subject_root, tmp_path):
+    """`benchmark.author --check` replays every case of a subject in one clone reset between cases
+    (shared_clones): a case that adds a file, then cases after it, give byte-identical patches."""
+    from benchmark.authoring.patches import shared_clones
+
+    def add_kernel(root: Path) -> None:
+        (root / "minisub" / "kernels.py").write_text("def fused_scale(x):\n    return x + x\n")
+
+    kernel = Step("kernels: add fused scale", "Di Wu <di@example.com>", "2025-04-01T00:00:00+00:00", add_kernel)
+    histories = {"kernel": [kernel, STEPS["bug"]], "docs": [STEPS["docs"], STEPS["mixer"]], "again": [kernel]}
+    fresh = {name: write_patches("minisub", steps, tmp_path / "fresh" / name) for name, steps in histories.items()}
+    with shared_clones():
+        shared = {
+            name: write_patches("minisub", steps, tmp_path / "shared" / name) for name, steps in histories.items()
+        }
+    for name, patches in fresh.items():
+        assert [p.read_bytes() for p in patches] == [p.read_bytes() for p in shared[name]], name

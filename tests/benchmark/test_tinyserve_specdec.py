@@ -154,7 +154,7 @@ def test_sampled_tokens_keep_their_distribution_under_speculation():
 
 
 def test_draft_shadow_never_schedules_an_empty_forward():
-    """Regression: when the target's tokens were all already computed by the draft (a step that
+    """Regression (commit a760a8f): when the target's tokens were all already computed by the draft (a step that
     proposed nothing), the shadow was scheduled with 0 new tokens and the draft forward crashed.
     Staggered arrivals under a 24-token chunk budget reach that state."""
     row = check_tinyserve.check_case(

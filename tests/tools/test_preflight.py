@@ -1,6 +1,8 @@
-"""Up-front checks (tools/preflight.py), in process: each bad input is refused with a line that
-says what to change; good input passes and names the source tree to use."""
+"""Up-front checks (tools/preflight.py): each bad input is refused with a line that says what to
+change; good input passes and names the source tree to use. What an engine takes is asked of a
+worker that imports the tree under test, as engine runs do."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,41 @@ def test_dynamic_ntk_past_the_limit_is_refused_with_the_reason():
     with pytest.raises(BadInput) as plain:
         check_limits(sc, {"max_position_embeddings": 1024, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
     assert "dynamic" not in str(plain.value)
+
+
+TOY_DIR = Path(__file__).resolve().parent  # holds toy_engine.py, a third engine in one file
+TOY_SCENARIO = SCENARIO.replace('engine = "tinyserve"', 'engine = "toy_engine:ToyEngine"')
+
+
+def test_an_adapter_only_the_tree_holds_is_checked_by_what_that_tree_declares(tmp_path):
+    """Regression (issue 15): preflight imported the adapter in this process, so an engine named
+    `module:Class` that only the tree under test holds was refused as unknown. Its package and
+    options now come from the capabilities a worker reads in that tree."""
+    tree = tmp_path / "fork"
+    tree.mkdir()
+    toy = (TOY_DIR / "toy_engine.py").read_text()
+    declared = "kernels=(), accepted_options=('block_size', 'prefix_caching')"
+    (tree / "toy_engine.py").write_text(toy.replace("kernels=()", declared))
+    assert preflight(loads(TOY_SCENARIO), tree) == tree.resolve()
+    with pytest.raises(BadInput, match=r"options \['prefix_cachin'\] are not accepted by toy_engine:ToyEngine"):
+        preflight(loads(TOY_SCENARIO.replace("prefix_caching = true", "prefix_cachin = true")), tree)
+    with pytest.raises(BadInput, match="unknown engine 'toy'"):
+        preflight(loads(SCENARIO.replace('engine = "tinyserve"', 'engine = "toy"')), tree)
+
+
+def test_options_are_those_of_the_tree_under_test(tmp_path):
+    """A fork whose Config takes one more option passes with it; the bundled tinyserve refuses it."""
+    from tools.engines.runner import DIFFDX_ROOT
+
+    fork = tmp_path / "fork"
+    shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
+    config = fork / "tinyserve" / "config.py"
+    config.write_text(
+        config.read_text().replace(
+            "    block_size: int = 16\n", "    block_size: int = 16\n    fork_knob: int = 0\n", 1
+        )
+    )
+    sc = loads(SCENARIO.replace("prefix_caching = true", "fork_knob = 1"))
+    assert preflight(sc, fork) == fork.resolve()
+    with pytest.raises(BadInput, match=r"options \['fork_knob'\] are not accepted by tinyserve"):
+        preflight(sc)

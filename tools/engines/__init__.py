@@ -19,8 +19,13 @@ import json
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools.errors import BadInput
+
+if TYPE_CHECKING:  # imported lazily at run time: this registry imports no adapter and no torch
+    from tools.engines.protocol import Capabilities, Engine
+    from tools.scenario import EngineSpec
 
 ENTRY_POINT_GROUP = "diffdx.engines"
 BUILTIN = {
@@ -62,7 +67,7 @@ def engine_path(name: str) -> str:
     )
 
 
-def get_engine(name: str):
+def get_engine(name: str) -> Engine:
     """Engine name -> an adapter instance. Imports only the adapter asked for."""
     path = engine_path(name)
     module_name, cls_name = path.split(":")
@@ -81,10 +86,12 @@ def get_engine(name: str):
     return adapter()
 
 
-_capabilities_cache: dict[tuple[str, str], object] = {}
+_capabilities_cache: dict[tuple[str, str], Capabilities] = {}
 
 
-def engine_capabilities(engine, source_root: str | Path | None = None, timeout: float = CAPABILITIES_TIMEOUT_S):
+def engine_capabilities(
+    engine: str | EngineSpec, source_root: str | Path | None = None, timeout: float = CAPABILITIES_TIMEOUT_S
+) -> Capabilities:
     """Engine name (or an EngineSpec) -> Capabilities, asked of a worker process that imports the
     tree under test (`source_root` first on its path), as engine runs do. One worker call per
     (engine, tree) in this process; the answer is cached."""
@@ -93,18 +100,20 @@ def engine_capabilities(engine, source_root: str | Path | None = None, timeout: 
     from tools.engines.protocol import Capabilities
     from tools.engines.runner import EngineRunError, execute, worker_env
 
-    engine = getattr(engine, "engine", engine)
-    key = (engine, str(Path(source_root).resolve()) if source_root else "")
+    name = engine if isinstance(engine, str) else engine.engine
+    key = (name, str(Path(source_root).resolve()) if source_root else "")
     if key not in _capabilities_cache:
         with tempfile.TemporaryDirectory(prefix="diffdx-caps-") as tmp:
             out = Path(tmp) / "capabilities.json"
-            env = worker_env(source_root, engine=engine)
-            code, log = execute(["--capabilities", engine, str(out)], env, Path(tmp), timeout)
+            env = worker_env(source_root, engine=name)
+            code, log = execute(["--capabilities", name, str(out)], env, Path(tmp), timeout)
             if code is None:
-                raise EngineRunError(f"{engine} capabilities timed out after {timeout:.0f}s", "timeout", log[-4000:])
+                raise EngineRunError(f"{name} capabilities timed out after {timeout:.0f}s", "timeout", log[-4000:])
+            tail = log.strip().splitlines() or ["no output"]
+            if code == 2 and tail[-1].startswith("error: "):  # the worker's one line for a name it cannot resolve
+                raise UnknownEngineError(tail[-1].removeprefix("error: "))
             if code != 0 or not out.exists():
-                tail = log.strip().splitlines() or ["no output"]
-                raise EngineRunError(f"{engine} capabilities failed: {tail[-1][:300]}", "crash", log[-4000:])
+                raise EngineRunError(f"{name} capabilities failed: {tail[-1][:300]}", "crash", log[-4000:])
             _capabilities_cache[key] = Capabilities.from_json(json.loads(out.read_text()))
     return _capabilities_cache[key]
 

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from typing import cast
 
 from tools.procgroup import kill_group
 
@@ -82,7 +83,7 @@ class Zygote:
                         self.shutdown()
                         return None
                 else:
-                    self.on_message(key.data, key.fileobj)
+                    self.on_message(key.data, cast(socket.socket, key.fileobj))  # registered in accept()
 
     def accept(self) -> dict | None:
         conn, _ = self.listener.accept()
@@ -225,6 +226,7 @@ class ForkServer:
                 start_new_session=True,
             )
             atexit.register(self.stop)
+            assert self.proc.stdout is not None  # a PIPE
             try:
                 ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
                 started = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
@@ -237,6 +239,7 @@ class ForkServer:
 
     def spawn(self, module: str, args: list[str], env: dict, cwd: str, log: str) -> ForkedRun:
         self.start()
+        assert self.dir is not None  # start() made it
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(os.path.join(self.dir, "sock"))
@@ -259,6 +262,7 @@ class ForkServer:
     def stop_locked(self) -> None:
         """EOF on its stdin tells the zygote to kill its children and leave; SIGKILL if it lingers."""
         if self.proc is not None:
+            assert self.proc.stdin is not None and self.proc.stdout is not None  # PIPEs, see start()
             try:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=10)
@@ -378,7 +382,7 @@ def finish(code: int) -> None:
     """Exit as an interpreter does (atexit handlers, non-daemon threads joined, output flushed) but
     without tearing down every module: with torch loaded that teardown alone takes seconds."""
     atexit._run_exitfuncs()
-    threading._shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # private (what the interpreter calls at exit): no stub
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FrameType
 
 
 @contextmanager
-def function_coverage(root: str | None):
+def function_coverage(root: str | None) -> Iterator[set[tuple[str, str]]]:
     """Yields a set that holds (relpath, qualname) of every function under `root` that ran, once the
     block is left. Nothing is recorded without a root."""
     seen: set[tuple[str, str]] = set()
@@ -37,13 +38,13 @@ def function_coverage(root: str | None):
         yield seen
         return
     prefix = str(Path(root).resolve()) + os.sep
-    recorder = {"profile": _profiled, "coverage": _traced}.get(os.environ.get("DIFFDX_COVERAGE"), _calls)
+    recorder = {"profile": _profiled, "coverage": _traced}.get(os.environ.get("DIFFDX_COVERAGE", ""), _calls)
     with recorder(prefix, seen):
         yield seen
 
 
 @contextmanager
-def _traced(prefix: str, seen: set):
+def _traced(prefix: str, seen: set) -> Iterator[None]:
     import coverage
 
     cov = coverage.Coverage(data_file=None, include=[prefix + "*"], config_file=False, branch=True)
@@ -61,8 +62,8 @@ def _traced(prefix: str, seen: set):
 
 
 @contextmanager
-def _profiled(prefix: str, seen: set):
-    def profile(frame, event, _arg):
+def _profiled(prefix: str, seen: set) -> Iterator[None]:
+    def profile(frame: FrameType, event: str, _arg: object) -> None:
         if event == "call":
             code = frame.f_code
             if code.co_filename.startswith(prefix):
@@ -76,8 +77,8 @@ def _profiled(prefix: str, seen: set):
 
 
 @contextmanager
-def _calls(prefix: str, seen: set):
-    def trace(frame, event, _arg):
+def _calls(prefix: str, seen: set) -> Iterator[None]:
+    def trace(frame: FrameType, event: str, _arg: object) -> None:
         code = frame.f_code
         if code.co_filename.startswith(prefix):
             seen.add((code.co_filename[len(prefix) :], qualname(code)))
@@ -100,7 +101,7 @@ def functions_run(path: str, entered: set[int]) -> set[str]:
     return {qualname(c) for c in code_objects(module) if c.co_firstlineno in entered}
 
 
-def code_objects(code: CodeType):
+def code_objects(code: CodeType) -> Iterator[CodeType]:
     yield code
     for const in code.co_consts:
         if isinstance(const, CodeType):

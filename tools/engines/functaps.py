@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FrameType
 
 from tools.engines.funccov import qualname
 
@@ -35,7 +35,7 @@ class FunctionCall:
     callees: set = field(default_factory=set)  # wanted functions it called (recorded or over their limit)
 
 
-def snapshot(value, depth: int = 0):
+def snapshot(value: object, depth: int = 0) -> object:
     """A copy that later in-place writes cannot change: tensors cloned, plain data kept."""
     import torch
 
@@ -56,7 +56,9 @@ def parameters(code: CodeType) -> tuple[str, ...]:
 
 
 @contextmanager
-def function_taps(root: str | None, wanted: Callable[[str, tuple[str, ...]], bool], max_calls: int = 4):
+def function_taps(
+    root: str | None, wanted: Callable[[str, tuple[str, ...]], bool], max_calls: int = 4
+) -> Iterator[list[FunctionCall]]:
     """Yields a list that holds a FunctionCall per recorded call once the block is left."""
     calls: list[FunctionCall] = []
     if not root:
@@ -74,7 +76,7 @@ def function_taps(root: str | None, wanted: Callable[[str, tuple[str, ...]], boo
             chosen[code] = f"{code.co_filename[len(prefix) :]}:{qualname(code)}" if ok else None
         return chosen[code]
 
-    def profile(frame, event, arg):
+    def profile(frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
             key = pick(frame.f_code)
             if key is None:

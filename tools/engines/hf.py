@@ -15,7 +15,10 @@ taps (tensor replacement, tools/probe/replace.py) by the same hooks.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -73,13 +76,13 @@ PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
 class TapRecorder(HookRecorder):
     """HookRecorder plus where the tapped forward is: one forward = one step."""
 
-    def __init__(self, patterns, inject: Injection | None = None):
+    def __init__(self, patterns: list[str] | None, inject: Injection | None = None):
         super().__init__(patterns, inject)
         self.layer: int | None = None
         self.active = False  # inside the tapped model's forward (not a draft model's)
 
 
-def worker_paths(tree) -> list[str]:
+def worker_paths(tree: str | Path | None) -> list[str]:
     """The runner's hook (tools.engines.worker_paths): the era dependencies an old transformers
     release in `tree` needs on the worker's path, installed once into diffdx's cache."""
     from tools.engines.runner import EngineRunError
@@ -94,13 +97,15 @@ class HFEngine:
     name = "transformers"
     package = "transformers"  # what a --target-source root must hold
 
-    def accepted_options(self, source_root) -> set[str]:
-        """The allow-list (tools/engines/hf_generate.py): options this adapter taps correctly;
-        everything else is refused up front with its reason."""
-        return set(LOAD_ONLY) | set(ACCEPTED)
-
     def capabilities(self) -> Capabilities:
-        return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"), replace=REPLACEABLE)
+        # accepted_options: the allow-list (tools/engines/hf_generate.py), options this adapter taps
+        # correctly; everything else is refused up front with its reason
+        return Capabilities(
+            taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"),
+            replace=REPLACEABLE,
+            package=self.package,
+            accepted_options=tuple(sorted(set(LOAD_ONLY) | set(ACCEPTED))),
+        )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
         check_options(spec.options)
@@ -201,7 +206,7 @@ def prompt_ids(req: Request, tok) -> list[int]:
 
 
 @contextmanager
-def hooks_installed(model, rec: TapRecorder):
+def hooks_installed(model, rec: TapRecorder) -> Iterator[TapRecorder]:
     with hooks_held() as held:
         held += _global_hooks(model, rec)
         for i, layer in enumerate(model.model.layers):
@@ -210,7 +215,7 @@ def hooks_installed(model, rec: TapRecorder):
         yield rec
 
 
-def _output_hook(rec: TapRecorder, tap: str):
+def _output_hook(rec: TapRecorder, tap: str) -> Callable[..., object]:
     def hook(_mod, _args, out):
         x = out[0] if isinstance(out, tuple) else out
         new = rec.touch(tap, x)
@@ -220,7 +225,7 @@ def _output_hook(rec: TapRecorder, tap: str):
     return hook
 
 
-def _input_hook(rec: TapRecorder, tap: str):
+def _input_hook(rec: TapRecorder, tap: str) -> Callable[..., object]:
     def hook(_mod, args, kwargs):
         x = args[0] if args else kwargs["hidden_states"]
         new = rec.touch(tap, x)
@@ -276,12 +281,12 @@ def _global_hooks(model, rec: TapRecorder) -> list:
     return handles
 
 
-def _wrap_rotary(model, rec: TapRecorder):
+def _wrap_rotary(model, rec: TapRecorder) -> Callable[[], object]:
     """Wrap the modeling module's apply_rotary_pos_emb to see (and replace) q/k after RoPE.
 
     The function is shared by every model of the architecture, so only calls made inside the
     tapped model's forward count (an assistant model of the same family calls it too)."""
-    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    module: Any = sys.modules[type(model.model.layers[0].self_attn).__module__]  # Any: one of its functions is swapped
     original = getattr(module, "apply_rotary_pos_emb", None)
     if original is None:
         return lambda: None
@@ -315,6 +320,7 @@ def _touch_heads(rec: TapRecorder, tap: str, x: torch.Tensor) -> torch.Tensor:
 def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: TapRecorder) -> list[RequestOutput]:
     """Re-run each request's full sequence in one forward pass (step 0)."""
     outputs = []
+    assert job.teacher is not None, "teacher forcing needs the token sequences to re-run"
     for r, seq in enumerate(job.teacher):
         n_prompt = len(prompts[r])
         ids = torch.tensor([seq], device=job.device)
@@ -355,7 +361,16 @@ def load_assistant(job: RunJob):
     return load_model(job.checkpoint if name == "self" else name, job.spec, job.device)[0]
 
 
-def generate_batch(model, job, prompts, members, rec, step0, outputs, assistant=None) -> int:
+def generate_batch(
+    model,
+    job: RunJob,
+    prompts: list[list[int]],
+    members: list[int],
+    rec: TapRecorder,
+    step0: int,
+    outputs: dict[int, RequestOutput],
+    assistant=None,
+) -> int:
     req = job.scenario.requests[members[0]]
     ids, mask, pads = left_pad([prompts[r] for r in members], model.config.pad_token_id or 0)
     width = ids.shape[1]
@@ -404,7 +419,9 @@ def cut_at_eos(tokens: list[int], eos: set[int]) -> tuple[list[int], str]:
     return tokens, "length"
 
 
-def _record_generate_head(rec, out, members, prompts, steps: list[int], width):
+def _record_generate_head(
+    rec: TapRecorder, out, members: list[int], prompts: list[list[int]], steps: list[int], width: int
+) -> None:
     """Logits and sampler rows of each generated token k, from generate's own outputs; steps[k] is
     the forward that computed the logits of token k."""
     for k, (raw, scores) in enumerate(zip(out.logits, out.scores)):

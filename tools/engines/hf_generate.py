@@ -169,7 +169,7 @@ def assisted(options: dict) -> bool:
     return any(k in options for k in ASSISTED)
 
 
-def left_pad(prompts: list[list[int]], pad_id: int):
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Prompts -> (ids [B, W], attention mask [B, W], left pad per row)."""
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tools.probe.trace import Trace
 from tools.scenario import EngineSpec, Scenario, from_dict
@@ -35,13 +35,15 @@ class Capabilities:
     replace: tuple[str, ...] = ()  # tap-name patterns where reference rows can be injected (RunJob.replace)
     trigger_axes: tuple[TriggerAxis, ...] = ()  # features the trigger search may switch on, cheapest first
     option_aliases: dict = field(default_factory=dict)  # alias -> the option name the engine takes
+    package: str = ""  # the importable package a --target-source root must hold ("": none checked)
+    accepted_options: tuple[str, ...] | None = None  # options the tree takes, aliases included; None: any
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> Capabilities:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         axes = tuple(TriggerAxis(**{**a, "words": tuple(a.get("words", ()))}) for a in d.get("trigger_axes", ()))
         return cls(**{**fields, "trigger_axes": axes})
 
@@ -110,9 +112,16 @@ class Engine(Protocol):
 
 
 def check_spec(spec: EngineSpec, device: str = "cpu") -> None:
-    """Refuse, before any engine starts, options the engine's adapter cannot tap correctly."""
-    from tools.engines import get_engine
+    """Refuse, before any engine starts, options the engine's adapter cannot tap correctly. An
+    adapter only the worker can import (`module:Class` in the tree under test) is not asked here:
+    its own run refuses what it cannot tap."""
+    from tools.engines import UnknownEngineError, engine_path, get_engine
 
-    check = getattr(get_engine(spec.engine), "check_options", None)  # optional for outside adapters
+    engine_path(spec.engine)  # an unknown name is refused all the same
+    try:
+        adapter = get_engine(spec.engine)
+    except UnknownEngineError:
+        return
+    check = getattr(adapter, "check_options", None)  # optional for outside adapters
     if check is not None:
         check(spec, device)

@@ -9,6 +9,7 @@ fused in-place kernels overwrite buffers later) in float32 or wider, and orders 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -51,7 +52,9 @@ class HookRecorder:
     `step` and `rows` describe the forward now running, for adapters whose tensors are
     [batch, seq, F] (`touch`, `record`); others pass requests and positions to `add` themselves."""
 
-    def __init__(self, patterns, inject: Injection | None = None, out_dtype: torch.dtype | None = None):
+    def __init__(
+        self, patterns: list[str] | None, inject: Injection | None = None, out_dtype: torch.dtype | None = None
+    ):
         self.patterns, self.inject, self.out_dtype = patterns, inject, out_dtype
         self.records: list[TapRecord] = []
         self.step = 0
@@ -77,6 +80,7 @@ class HookRecorder:
 
     def touch(self, tap: str, x: torch.Tensor) -> torch.Tensor:  # x: [B, S, F] -> x, reference rows injected
         if self.inject is not None and self.inject.wants(tap):
+            assert self.rows is not None, "touch() needs the rows of the forward now running"
             requests, positions = self.rows.flat(x.shape[1])
             x = self.injected(tap, x.reshape(-1, *x.shape[2:]), requests, positions).reshape(x.shape)
         if self.wants(tap):
@@ -84,6 +88,7 @@ class HookRecorder:
         return x
 
     def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F], rows per `self.rows`
+        assert self.rows is not None, "record() needs the rows of the forward now running"
         for b, req in enumerate(self.rows.requests):
             pos = self.rows.positions[b]
             keep = [s for s, p in enumerate(pos) if p >= 0]
@@ -95,7 +100,9 @@ class HookRecorder:
         return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
 
-def record_teacher_head(rec: HookRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request):
+def record_teacher_head(
+    rec: HookRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request
+) -> None:
     """Head taps of one teacher-forced sequence (step 0): its logits, and the reference sampler's
     logits, probabilities and chosen tokens at every sampled position (tools.probe.sampling_ref)."""
     from tools.probe.sampling_ref import processed_logits
@@ -122,12 +129,12 @@ def chosen_logprobs(logits: torch.Tensor, seq: list[int], n_prompt: int) -> list
 class Undo:
     """A restore function that `hooks_held` treats as a hook handle."""
 
-    def __init__(self, restore):
+    def __init__(self, restore: Callable[[], object]):
         self.remove = restore
 
 
 @contextmanager
-def hooks_held():
+def hooks_held() -> Iterator[list]:
     """Yields a list for hook handles (anything with `.remove()`); all are removed on exit, last first."""
     held: list = []
     try:

@@ -16,6 +16,7 @@ transformers computes too).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -64,7 +65,7 @@ class RefModelEngine:
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
 
-def emitter(rec: HookRecorder, rows: RowMap):
+def emitter(rec: HookRecorder, rows: RowMap) -> Callable[[str, torch.Tensor], None]:
     """An `emit(tap, [S, F])` for refmodels.forward that keeps the rows and taps asked for."""
 
     def emit(tap: str, x: torch.Tensor) -> None:
@@ -78,6 +79,7 @@ def emitter(rec: HookRecorder, rows: RowMap):
 def teacher_forced(model, job: RunJob, prompts: list[list[int]], rec: HookRecorder) -> list[RequestOutput]:
     """Each request's full sequence in one forward (step 0)."""
     outputs = []
+    assert job.teacher is not None, "teacher forcing needs the token sequences to re-run"
     for r, seq in enumerate(job.teacher):
         n_prompt = len(prompts[r])
         rec.step = 0
@@ -103,7 +105,9 @@ def generate_all(model, job: RunJob, prompts: list[list[int]], rec: HookRecorder
     return outputs
 
 
-def generate_one(model, r: int, req: Request, prompt: list[int], rec: HookRecorder, step0: int):
+def generate_one(
+    model, r: int, req: Request, prompt: list[int], rec: HookRecorder, step0: int
+) -> tuple[RequestOutput, int]:
     """-> (RequestOutput, steps taken). Step 0 reports the prompt rows, step k the row of position len-1."""
     s = req.sampling
     stops = set() if s.get("ignore_eos") else set(model.config.eos_token_ids)
@@ -126,7 +130,16 @@ def generate_one(model, r: int, req: Request, prompt: list[int], rec: HookRecord
     ), k + 1
 
 
-def sample_next(rec, r, pos, logits, seq, n_prompt, s: dict, rng) -> int:
+def sample_next(
+    rec: HookRecorder,
+    r: int,
+    pos: int,
+    logits: torch.Tensor,
+    seq: list[int],
+    n_prompt: int,
+    s: dict,
+    rng: torch.Generator,
+) -> int:
     """[V] logits of position `pos` -> next token (greedy or sampled), recording the head taps."""
     processed = adjust_row(logits, seq, seq[n_prompt:], s)
     probs = torch.softmax(truncate_row(processed, s), -1)
@@ -196,4 +209,5 @@ def prompt_ids(req: Request, tok: Tokenizer | None) -> list[int]:
         return list(req.prompt_ids)
     if tok is None:
         raise ValueError("a text prompt needs a tokenizer.json in the checkpoint dir")
+    assert req.prompt is not None  # a Request holds exactly one of prompt_ids and prompt
     return tok.encode(req.prompt)

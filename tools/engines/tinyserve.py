@@ -41,6 +41,7 @@ back into the module output the tap is read from (`write_output`, the inverse of
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -196,14 +197,22 @@ class TapRecorder(HookRecorder):
     reference rows at the taps an Injection names (tensor replacement); tinyserve's forward
     context says which request and position each packed row is."""
 
-    def __init__(self, runner, arch: str, num_layers: int, patterns, out_dtype: torch.dtype, inject=None):
+    def __init__(
+        self,
+        runner,
+        arch: str,
+        num_layers: int,
+        patterns: list[str] | None,
+        out_dtype: torch.dtype,
+        inject: Injection | None = None,
+    ):
         super().__init__(patterns, inject, out_dtype)
         self.runner = runner
         self.hooks = self._hook_plan(arch, num_layers)
         self._forward_context = import_tinyserve().forward_context.get_forward_context
 
     def _hook_plan(self, arch: str, num_layers: int) -> list[tuple[str, str, list]]:
-        plan = []
+        plan: list[tuple[str, str, list]] = []
         for i in range(num_layers):
             for path, taps in LAYER_HOOKS[arch]:
                 named = [(self._layer_tap(i, t, num_layers), r) for t, r in taps]
@@ -223,7 +232,7 @@ class TapRecorder(HookRecorder):
             return f"layers.{i - 1}.out" if i > 0 else None
         return f"layers.{i}.{tap}"
 
-    def _hook(self, rows: str, taps: list):
+    def _hook(self, rows: str, taps: list) -> Callable[..., object]:
         def hook(module, inputs, output):
             ctx, given = self._forward_context(), output
             # injections first (a residual's renormed rows are read below), residuals before the
@@ -268,13 +277,13 @@ class TapRecorder(HookRecorder):
         return module.get_submodule(rest) if rest else module
 
     @contextmanager
-    def attached(self):
+    def attached(self) -> Iterator[TapRecorder]:
         with hooks_held() as held:
             for path, rows, taps in self.hooks:
                 held.append(self._module(path).register_forward_hook(self._hook(rows, taps)))
             yield self
 
-    def discard_rejected(self, rejected) -> None:
+    def discard_rejected(self, rejected: Iterable[tuple[int, int, int]]) -> None:
         """Speculative decoding: drop rows a verification forward computed from drafts that were
         then rejected. rejected: (step, request id, first position whose input was rejected)."""
         cut = {(step, int(request)): pos for step, request, pos in rejected}
@@ -314,7 +323,7 @@ def collect_shard_records(runner) -> list[TapRecord] | None:
 
 def gather_shards(records: list[TapRecord], per_rank: list[list[TapRecord] | None]) -> list[TapRecord]:
     """Rank 0's records with every column-parallel tap widened to all ranks' features, in rank order."""
-    others = [{(r.name, r.step, r.request, tuple(r.positions)): r for r in recs} for recs in per_rank[1:]]
+    others = [{(r.name, r.step, r.request, tuple(r.positions)): r for r in recs or ()} for recs in per_rank[1:]]
     out = []
     for rec in records:
         if split(rec.name)[1] in COLUMN_PARALLEL_TAPS:
@@ -334,7 +343,7 @@ def gather_shards(records: list[TapRecord], per_rank: list[list[TapRecord] | Non
     return out
 
 
-def engine_options(spec: EngineSpec, native_kernels) -> dict:
+def engine_options(spec: EngineSpec, native_kernels: list[str]) -> dict:
     options = {OPTION_ALIASES.get(k, k): v for k, v in spec.options.items()}
     options["native_kernels"] = sorted(set(options.get("native_kernels", [])) | set(native_kernels))
     return {**options, "dtype": spec.dtype}
@@ -422,13 +431,10 @@ class TinyServeEngine:
     name = "tinyserve"
     package = "tinyserve"  # what a --target-source root must hold
 
-    def accepted_options(self, source_root) -> set[str] | None:
-        """Engine options the tree under test takes: its Config fields and their aliases."""
-        fields = config_fields(Path(source_root or SUBJECT_ROOT) / "tinyserve" / "config.py")
-        return None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
-
     def capabilities(self) -> Capabilities:
         ts = import_tinyserve()
+        fields = config_fields(Path(ts.__file__).parent / "config.py")  # the imported tree's Config
+        accepted = None if fields is None else (fields - {"model", "dtype", "model_config"}) | set(OPTION_ALIASES)
         return Capabilities(
             taps=("embed", "layers.*", *HEAD_TAPS),
             kernels=tuple(ts.ops.KERNELS),
@@ -438,6 +444,8 @@ class TinyServeEngine:
             replace=REPLACEABLE,
             trigger_axes=TRIGGER_AXES,
             option_aliases=OPTION_ALIASES,
+            package=self.package,
+            accepted_options=None if accepted is None else tuple(sorted(accepted)),
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

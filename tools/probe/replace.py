@@ -79,21 +79,22 @@ class Replacement:
     @property
     def summary(self) -> str:
         at = ", ".join(self.taps)
-        if self.before is None:
+        before, after, bypass = self.before, self.after, self.bypass  # the cases of `verdict`
+        if before is None:
             return f"no verdict: nothing diverges after {at} in the teacher-forced target"
-        if self.verdict == NO_VERDICT:
-            return (
-                f"no verdict: the divergence at {self.bypass.tap}, before {at}, reaches past it on the residual "
-                f"stream; inject at the first divergent tap or at a layers.N.out"
-            )
-        if self.verdict == UPSTREAM:
+        if after is None:
             return (
                 f"injecting the reference at {at} removes the divergence downstream "
-                f"(was {self.before.tap}, ratio {self.before.ratio:.3g}): the fault is at or before {at}"
+                f"(was {before.tap}, ratio {before.ratio:.3g}): the fault is at or before {at}"
+            )
+        if bypass is not None:
+            return (
+                f"no verdict: the divergence at {bypass.tap}, before {at}, reaches past it on the residual "
+                f"stream; inject at the first divergent tap or at a layers.N.out"
             )
         return (
-            f"the divergence stays after injecting at {at}: first at {self.after.tap} "
-            f"(ratio {self.after.ratio:.3g}), so a fault lies after {at}"
+            f"the divergence stays after injecting at {at}: first at {after.tap} "
+            f"(ratio {after.ratio:.3g}), so a fault lies after {at}"
         )
 
     def to_dict(self) -> dict:
@@ -214,7 +215,7 @@ def replace_at(
 # ---- CLI -------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.probe.replace", description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", required=True, type=Path)
     ap.add_argument("--tap", action="append", required=True, help="tap to inject the reference at (repeatable)")
@@ -226,6 +227,7 @@ def main(argv=None) -> int:
         sc = load(args.scenario)
         prober = Prober(device=args.device)
         probed = prober.probe(sc, args.target_source)
+        assert probed.target is not None  # a probe keeps the target's trace
         weights = probed.target.meta.get("weights")
         reference = prober.run_reference(sc, sc.reference.dtype, probed.target.sequences(), None, weights=weights)
         result = replace_at(sc, args.tap, reference, args.target_source, prober)

@@ -72,7 +72,7 @@ def check_no_false_alarm(prober: Prober, arch: str, options: dict, dtype: str = 
 
 
 def test_chunked_prefill_is_tapped_like_a_single_pass_prefill(prober):
-    """Regression: `prefill_chunk_size = 8` crashed the tap recorder with `IndexError: index 8 is out
+    """Regression (commit fb9809b): `prefill_chunk_size = 8` crashed the tap recorder with `IndexError: index 8 is out
     of bounds for dimension 0 with size 8` (it assumed one forward per prefill)."""
     result = check_no_false_alarm(prober, "llama", {"prefill_chunk_size": 8})
     prefill_steps = {
@@ -93,7 +93,7 @@ SLOW_OPTIONS = [
         "num_assistant_tokens_schedule": "constant",
         "assistant_confidence_threshold": 0.2,
     },
-    {"disable_compile": True, "prefill_chunk_size": 5},
+    {"disable_compile": True, "prefill_chunk_size": 5},  # regression (commit 6e9047b): collided with the adapter's own
 ]
 
 

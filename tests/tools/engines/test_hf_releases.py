@@ -79,7 +79,7 @@ def check_cell(tree: Path, version: str, arch: str) -> None:
 
 
 def test_factory_checkpoint_stays_5x_and_4x_reads_it_through_load_overrides():
-    """Regression: the legacy keys were written into the checkpoint, which hid a bug that reads
+    """Regression (commit f44b470, found by the full benchmark run): the legacy keys were written into the checkpoint, which hid a bug that reads
     the legacy top-level rope_theta (an engine must see the checkpoint 5.x writes)."""
     config = json.loads((ensure_checkpoint({"arch": "llama", "seed": 0}) / "config.json").read_text())
     assert "rope_theta" not in config and "torch_dtype" not in config
