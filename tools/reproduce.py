@@ -206,13 +206,14 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
         ),
     ]
     if axes:
-        everything = {k: v for a in axes for k, v in a.options.items()}
+        together = [a for a in axes if not a.alone]
+        everything = {k: v for a in together for k, v in a.options.items()}
         out.append(
             Variant(
                 "everything",
                 "all engine features on, batch, shared prefix, long prompts",
                 _then(_options(**everything), _shared_prefix, _batch, _long_prompt),
-                tuple(axis_feature(a, caps) for a in axes),
+                tuple(axis_feature(a, caps) for a in together),
             )
         )
     return out
