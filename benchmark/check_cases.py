@@ -60,12 +60,15 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
         repo = build_case_repo(case, Path(tmp) / "repo")
         tree = Path(tmp) / "tree"
         how = bug_alone(case, repo, tree)
-        argv = ["--engine", case.scenario.target.engine, "--fail-fast", "--no-diagnose", "--out", str(out / case.id)]
+        argv = ["--engine", case.scenario.target.engine, "--fail-fast", "--no-diagnose", "--minimize-probes", "0"]
+        argv += ["--out", str(out / case.id)]  # caught or not is the question: no probes spent shrinking
         argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
         argv += ["--matrix", str(args.matrix)] if args.matrix else []
         row: dict = {"case": case.id, "subject": case.subject, "tree": how}
         try:
-            results, _, _ = check(check_args(argv), tree, writable_dir(out / case.id), prober, lambda _msg: None)
+            results, _, _ = check(
+                check_args(argv), tree, writable_dir(out / case.id), prober, lambda m: args.log(f"{case.id} {m}")
+            )
         except (BadInput, EngineRunError) as e:  # the tree cannot be swept at all (its capabilities fail)
             results, row["error"] = [], str(e).splitlines()[0][:300]
     failing = [r for r in results if r.status in ("diverge", "error")]
@@ -101,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-min", type=float, help="per-case time budget passed to agent.check")
     ap.add_argument("--matrix", type=Path, help="matrix file passed to agent.check (default: its default matrix)")
     ap.add_argument("--out", type=Path, default=Path("out/check-cases"))
+    ap.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     args = ap.parse_args(argv)
+    args.log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     end_cleanly(False)
     out = writable_dir(args.out)
     cases = select(args.cases_dir, args.ids, args.subject)

@@ -31,7 +31,7 @@ def sweep_release(version: str, args, prober) -> dict:
     from agent.check import check
     from agent.check import parse_args as check_args
 
-    package = adapter(args.engine).package
+    package = adapter(args.engine.partition(":")[0]).package
     out = writable_dir(args.out / version)
     start = time.monotonic()
     row: dict = {"version": version}
@@ -43,9 +43,9 @@ def sweep_release(version: str, args, prober) -> dict:
             argv += ["--matrix", str(args.matrix)] if args.matrix else []
             argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
             argv += ["--reference", args.reference] if args.reference else []
-            results, _, _ = check(check_args(argv), Path(tmp), out, prober, lambda _msg: None)
+            results, _, _ = check(check_args(argv), Path(tmp), out, prober, lambda m: args.log(f"{version} {m}"))
         except (ReleaseError, BadInput, EngineRunError) as e:
-            row["error"] = str(e).splitlines()[0][:300]
+            row["not_swept"] = str(e).splitlines()[0][:300]
             results = []
     counts = {s: sum(r.status == s for r in results) for s in ("agree", "diverge", "error", "skipped")}
     groups = json.loads((out / "results.json").read_text())["groups"] if results else []
@@ -55,8 +55,8 @@ def sweep_release(version: str, args, prober) -> dict:
 
 
 def line(row: dict) -> str:
-    if "error" in row:
-        return f"{row['version']:<10} not swept: {row['error']}"
+    if "not_swept" in row:
+        return f"{row['version']:<10} not swept: {row['not_swept']}"
     taps = "; ".join(f"{g['tap']} ({len(g['cells'])} cells: {', '.join(g['cells'][:3])})" for g in row["groups"])
     return (
         f"{row['version']:<10} {row['agree'] + row['diverge'] + row['error']} cells: {row['diverge']} diverge, "
@@ -72,15 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmark.release_sweep", description=__doc__.split("\n\n")[0], epilog=EPILOG
     )
     ap.add_argument("versions", nargs="+", help="releases to sweep, e.g. 4.38.2 4.48.0")
-    ap.add_argument("--engine", default=DEFAULT_ENGINE, help="the engine whose releases these are")
+    ap.add_argument("--engine", default=DEFAULT_ENGINE, help="ENGINE[:key=value,...] whose releases these are")
     ap.add_argument("--reference", help="reference engine (default: the scenario default)")
     ap.add_argument("--matrix", type=Path, help="matrix file passed to agent.check")
     ap.add_argument("--budget-min", type=float, help="per-release time budget passed to agent.check")
     ap.add_argument("--minimize-probes", type=int, default=3, help="probes per divergence group to shrink it")
     ap.add_argument("--out", type=Path, default=Path("out/release-sweep"))
+    ap.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     args = ap.parse_args(argv)
+    args.log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     end_cleanly(False)
-    if not getattr(adapter(args.engine), "package", None):
+    if not getattr(adapter(args.engine.partition(":")[0]), "package", None):
         raise BadInput(f"engine {args.engine!r} names no package; its releases cannot be unpacked")
     args.out = writable_dir(args.out)
     prober, rows = Prober(), []
