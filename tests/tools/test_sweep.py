@@ -109,6 +109,8 @@ def test_cell_scenarios_switch_their_features_and_keep_user_options():
     assert sc.target.options == {"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 4}  # not int4
     assert options_of(Cell("llama", "float32", "int4", "long"), FEATURES) == {"quantization": "int4"}
     assert len(sc.requests[0].prompt_ids) > 32  # past mistral's tiny sliding window
+    gemma = scenario_of(Cell("gemma2", "float32", "none", "long"), target, FEATURES)
+    assert gemma.model["query_pre_attn_scalar"] != 16  # not the preset's head_dim: a mix-up shows
     assert options_of(Cell("llama", "float32", "none", "staggered"), FEATURES) == {}
     sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES)
     assert all(not r.greedy and r.sampling["ignore_eos"] for r in sampled.requests)
