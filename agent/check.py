@@ -29,18 +29,19 @@ from tools.probe import compare
 from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
-from tools.sweep.matrix import Cell, covering_order, load_matrix, scenario_of
+from tools.sweep.matrix import Cell, Feature, covering_order, load_matrix, scenario_of
 from tools.sweep.output import junit_xml, markdown_summary
 
 MINIMIZE_PROBES = 8  # probes spent shrinking one group's scenario
 
 
-def declared_features(spec: EngineSpec, source: Path | None) -> dict[str, dict]:
+def declared_features(spec: EngineSpec, source: Path | None) -> dict[str, Feature]:
     """The features the engine's adapter declares for the tree under test (its trigger axes):
     name -> the options that switch it on."""
     from tools.engines import engine_capabilities
 
-    return {axis.name: dict(axis.options) for axis in engine_capabilities(spec.engine, source).trigger_axes}
+    axes = engine_capabilities(spec.engine, source).trigger_axes
+    return {axis.name: Feature(dict(axis.options), axis.alone) for axis in axes}
 
 
 def first_tap(result: ProbeResult) -> str:
@@ -219,17 +220,28 @@ def main(argv: list[str] | None = None) -> int:
     check_engine(args.spec.engine)
     source = check_target_source(args.spec.engine, args.target_source)
     check_options(args.spec, source, "target")
-    declared = declared_features(args.spec, source)
-    matrix = load_matrix(args.matrix, declared)
-    reference = None
     if args.reference:
         check_engine(args.reference)
-        reference = {"engine": args.reference}
     out = writable_dir(args.out)
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    results, groups, wall = check(args, source, out, Prober(), log)
+    print(
+        f"{len(results)} cells: {sum(r.status == 'agree' for r in results)} agree, "
+        f"{sum(r.status == 'diverge' for r in results)} diverge in {len(groups)} groups, "
+        f"{sum(r.status == 'error' for r in results)} errored, {sum(r.status == 'skipped' for r in results)} skipped "
+        f"({wall:.0f} s); {out / 'summary.md'}"
+    )
+    return DIVERGED if any(r.status in ("diverge", "error") for r in results) else AGREE
+
+
+def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[list[CellResult], list[Group], float]:
+    """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`.
+    `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused."""
+    declared = declared_features(args.spec, source)
+    matrix = load_matrix(args.matrix, declared)
+    reference = {"engine": args.reference} if args.reference else None
     cells = [(c, scenario_of(c, args.spec, declared, reference)) for c in covering_order(matrix.cells())]
     start = time.monotonic()
-    prober = Prober()
     budget_s = args.budget_min * 60 if args.budget_min else None
     results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast)
     groups = group_cells(results)
@@ -241,14 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "junit.xml").write_text(junit_xml(results, "diffdx check", args.spec.engine))
     (out / "summary.md").write_text(markdown_summary(results, groups, followed, args.spec.engine, wall))
     (out / "results.json").write_text(json.dumps(results_json(results, groups, followed, wall), indent=2) + "\n")
-    failed = [r for r in results if r.status in ("diverge", "error")]
-    print(
-        f"{len(results)} cells: {sum(r.status == 'agree' for r in results)} agree, "
-        f"{sum(r.status == 'diverge' for r in results)} diverge in {len(groups)} groups, "
-        f"{sum(r.status == 'error' for r in results)} errored, {sum(r.status == 'skipped' for r in results)} skipped "
-        f"({wall:.0f} s); {out / 'summary.md'}"
-    )
-    return DIVERGED if failed else AGREE
+    return results, groups, wall
 
 
 def results_json(results: list[CellResult], groups: list[Group], followed: dict, wall: float) -> dict:

@@ -1,18 +1,23 @@
-"""Does the default sweep catch each benchmark case's bug? `python -m benchmark.check_cases [ids]`.
+"""Does the default sweep catch each benchmark case's bug? `python -m benchmark.check_cases [ids or patterns]`.
 
 For every case: build its repo, check out its bug alone (the culprit commit cherry-picked onto
 `base`; the base itself for a bug at base; the first bad release for a release history), and run
-`python -m agent.check --fail-fast --no-diagnose` with the default matrix against that tree. A
-case is caught when some cell fails. Prints one row per case and the share caught; writes
-`check_cases.json` under --out. Nothing of the case's truth reaches the sweep: it only chooses
-which tree to sweep.
+`agent.check --fail-fast --no-diagnose` with the default matrix (or --matrix) against that tree.
+A case is caught when some cell fails. All cases are swept in this one process with one Prober,
+so the reference runs (which depend on the tokens only, never on the tree under test) and the
+worker zygote serve every case. Prints one row per case as it ends and the share caught; writes
+`check_cases.json` under --out after every case. Nothing of the case's truth reaches the sweep:
+it only chooses which tree to sweep.
+
+    python -m benchmark.check_cases 'ts-*' --budget-min 3     # every tinyserve case, 3 minutes each
+    python -m benchmark.check_cases ts-prefix-hash-chain ts-int4-group-scales
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,10 +25,9 @@ from pathlib import Path
 
 from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import Case, load_cases, load_truth
-from tools.errors import EPILOG, run_cli, writable_dir
+from tools.engines.runner import EngineRunError
+from tools.errors import EPILOG, BadInput, run_cli, writable_dir
 from tools.history.gitrepo import GitError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def bug_alone(case: Case, repo: Path, tree: Path) -> str:
@@ -46,54 +50,79 @@ def bug_alone(case: Case, repo: Path, tree: Path) -> str:
         return "culprit commit (with the history before it)"
 
 
-def sweep_case(case: Case, out: Path, budget_min: float | None) -> dict:
+def sweep_case(case: Case, out: Path, args, prober) -> dict:
+    """Sweep the case's bug alone -> its row (caught_by: the first failing cell, or None)."""
+    from agent.check import check
+    from agent.check import parse_args as check_args
+
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"diffdx-check-{case.id}-") as tmp:
         repo = build_case_repo(case, Path(tmp) / "repo")
         tree = Path(tmp) / "tree"
         how = bug_alone(case, repo, tree)
-        cmd = [sys.executable, "-m", "agent.check", "--engine", case.scenario.target.engine, "--target-source",
-               str(tree), "--fail-fast", "--no-diagnose", "--quiet", "--out", str(out / case.id)]  # fmt: skip
-        if budget_min:
-            cmd += ["--budget-min", str(budget_min)]
-        start = time.monotonic()
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)  # `-m` from ROOT imports this checkout
-        seconds = time.monotonic() - start
-    row = {"case": case.id, "subject": case.subject, "tree": how, "exit": p.returncode, "seconds": round(seconds, 1)}
-    results = out / case.id / "results.json"
-    if results.exists():
-        cells = json.loads(results.read_text())["cells"]
-        failing = [c for c in cells if c["status"] in ("diverge", "error")]
-        row.update(
-            cells_run=sum(c["status"] != "skipped" for c in cells), caught_by=failing[0]["cell"] if failing else None
-        )
-        row["first_tap"] = failing[0]["first_tap"] if failing else None
-    else:
-        row.update(cells_run=0, caught_by=None, error=(p.stderr.strip().splitlines() or ["no output"])[-1])
+        argv = ["--engine", case.scenario.target.engine, "--fail-fast", "--no-diagnose", "--minimize-probes", "0"]
+        argv += ["--out", str(out / case.id)]  # caught or not is the question: no probes spent shrinking
+        argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
+        argv += ["--matrix", str(args.matrix)] if args.matrix else []
+        row: dict = {"case": case.id, "subject": case.subject, "tree": how}
+        try:
+            results, _, _ = check(
+                check_args(argv), tree, writable_dir(out / case.id), prober, lambda m: args.log(f"{case.id} {m}")
+            )
+        except (BadInput, EngineRunError) as e:  # the tree cannot be swept at all (its capabilities fail)
+            results, row["error"] = [], str(e).splitlines()[0][:300]
+    failing = [r for r in results if r.status in ("diverge", "error")]
+    row.update(
+        seconds=round(time.monotonic() - start, 1),
+        cells_run=sum(r.status != "skipped" for r in results),
+        caught_by=failing[0].cell.id if failing else None,
+        first_tap=(failing[0].first_tap or failing[0].status) if failing else None,
+    )
     return row
 
 
+def select(cases_dir: Path | None, patterns: list[str], subjects: list[str] | None) -> list[Case]:
+    """Cases whose id matches one of `patterns` (ids or shell patterns, none = all), of `subjects`."""
+    cases = load_cases(cases_dir)
+    chosen = [c for c in cases if not patterns or any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    unknown = [p for p in patterns if not any(fnmatch.fnmatchcase(c.id, p) for c in cases)]
+    if unknown:
+        raise BadInput(f"no case matches {', '.join(unknown)}")
+    return [c for c in chosen if subjects is None or c.subject in subjects]
+
+
 def main(argv: list[str] | None = None) -> int:
+    from tools.engines.runner import end_cleanly
+    from tools.probe.prober import Prober
+
     ap = argparse.ArgumentParser(
         prog="python -m benchmark.check_cases", description=__doc__.split("\n\n")[0], epilog=EPILOG
     )
-    ap.add_argument("ids", nargs="*", help="case ids (default: all)")
+    ap.add_argument("ids", nargs="*", help="case ids or shell patterns ('ts-*'; default: all)")
     ap.add_argument("--cases-dir", type=Path, help="benchmark cases (default: the bundled ones)")
+    ap.add_argument("--subject", action="append", help="only cases of this subject (repeatable)")
     ap.add_argument("--budget-min", type=float, help="per-case time budget passed to agent.check")
+    ap.add_argument("--matrix", type=Path, help="matrix file passed to agent.check (default: its default matrix)")
     ap.add_argument("--out", type=Path, default=Path("out/check-cases"))
+    ap.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     args = ap.parse_args(argv)
+    args.log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    end_cleanly(False)
     out = writable_dir(args.out)
-    rows = []
-    for case in load_cases(args.cases_dir, args.ids or None):
-        row = sweep_case(case, out, args.budget_min)
+    cases = select(args.cases_dir, args.ids, args.subject)
+    rows: list[dict] = []
+    prober = Prober()
+    for case in cases:
+        row = sweep_case(case, out, args, prober)
         rows.append(row)
         print(
             f"{row['case']:<34} {'caught' if row['caught_by'] else 'MISSED':<7} {row['caught_by'] or row.get('error', '')}"
-            f"  ({row['cells_run']} cells, {row['seconds']:.0f} s; {row['tree']})",
+            f" {row['first_tap'] or ''}  ({row['cells_run']} cells, {row['seconds']:.0f} s; {row['tree']})",
             flush=True,
         )
+        (out / "check_cases.json").write_text(json.dumps(rows, indent=2) + "\n")
     caught = sum(bool(r["caught_by"]) for r in rows)
-    print(f"caught {caught}/{len(rows)} cases with the default matrix")
-    (out / "check_cases.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"caught {caught}/{len(rows)} cases with the {'given' if args.matrix else 'default'} matrix")
     return 0
 
 

@@ -210,13 +210,14 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
         ),
     ]
     if axes:
-        everything = {k: v for a, _ in axes for k, v in a.options.items()}
+        together = [(a, f) for a, f in axes if not a.alone]
+        everything = {k: v for a, _ in together for k, v in a.options.items()}
         out.append(
             Variant(
                 "everything",
                 "all engine features on, batch, shared prefix, long prompts",
                 _then(_options(**everything), _shared_prefix, _batch, _long_prompt),
-                tuple(feature for _, feature in axes),
+                tuple(feature for _, feature in together),
             )
         )
     return out

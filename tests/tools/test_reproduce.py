@@ -27,6 +27,10 @@ def test_every_variant_is_a_valid_scenario():
         out = v.apply(sc, 512)
         assert from_dict(out.to_dict()) == out, v.name
         assert all(t < 512 for r in out.requests for t in (r.prompt_ids or ())), v.name
+    everything = next(v for v in variants(sc) if v.name == "everything").apply(sc, 512).target.options
+    # axes switched on only alone (one quantization scheme; tinyserve refuses it with tensor parallelism)
+    assert "quantization" not in everything and "tensor_parallel_size" not in everything
+    assert everything["enable_prefix_caching"] and everything["speculative"] == "ngram"
 
 
 def test_transformers_target_gets_no_engine_option_variants():

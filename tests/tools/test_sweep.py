@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
@@ -10,7 +12,10 @@ from tools.sweep.group import CellResult, any_layer, group_cells, minimize, redu
 from tools.sweep.matrix import (
     AXES,
     Cell,
+    Feature,
+    Matrix,
     MatrixError,
+    covering,
     covering_order,
     default_matrix,
     load_matrix,
@@ -19,22 +24,36 @@ from tools.sweep.matrix import (
 )
 from tools.sweep.output import junit_xml, markdown_summary
 
-FEATURES = {"prefix": {"enable_prefix_caching": True}, "blocks": {"block_size": 4}}
+FEATURES = {
+    "prefix": Feature({"enable_prefix_caching": True}),
+    "blocks": Feature({"block_size": 4}),
+    "int4": Feature({"quantization": "int4"}, alone=True),
+}
 
 
-def test_default_matrix_crosses_every_axis():
+def _combos(cells, t):
+    return {tuple((a, c.axis(a)) for a in axes) for c in cells for axes in itertools.combinations(AXES, t)}
+
+
+def test_default_matrix_covers_every_triple_of_values_in_a_third_of_the_product():
     m = default_matrix(FEATURES)
-    assert m.features == ("none", "prefix", "blocks", "all")
+    assert m.features == ("none", "prefix", "blocks", "int4", "all")
     assert "float64" not in m.dtype
-    assert len(m.cells()) == len(m.arch) * len(m.dtype) * 4 * len(m.workload)
+    full = Matrix(m.arch, m.dtype, m.features, m.workload, strength=len(AXES)).cells()
+    assert len(full) == len(m.arch) * len(m.dtype) * 5 * len(m.workload)
+    cells = m.cells()
+    assert _combos(cells, 3) == _combos(full, 3)  # every 3 values of 3 axes meet in some cell
+    assert len(set(cells)) == len(cells) <= len(full) // 2
+    assert len(covering(full, 2)) < len(cells)  # pairs need fewer still
 
 
 def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):
     path = tmp_path / "m.toml"
-    path.write_text('arch = ["gemma2"]\nfeatures = ["prefix", "prefix"]\n')
+    path.write_text('arch = ["gemma2"]\nfeatures = ["prefix", "prefix"]\nstrength = 4\n')
     m = load_matrix(path, FEATURES)
     assert m.arch == ("gemma2",) and m.features == ("prefix",)
     assert m.dtype == default_matrix(FEATURES).dtype
+    assert len(m.cells()) == len(m.dtype) * len(m.workload)  # strength 4: the full product
 
 
 @pytest.mark.parametrize(
@@ -47,6 +66,8 @@ def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):
         ("workload = []", "must be a non-empty list"),
         ('arch = "llama"', "must be a non-empty list"),
         ("arch = [", "not valid TOML"),
+        ("strength = 5", "strength must be an integer from 1 to 4"),
+        ('strength = "full"', "strength must be an integer"),
     ],
 )
 def test_bad_matrix_files_say_what_is_wrong(tmp_path, text, words):
@@ -63,7 +84,8 @@ def test_missing_matrix_file_is_bad_input(tmp_path):
 
 
 def test_covering_order_covers_every_value_first_then_pairs():
-    cells = default_matrix(FEATURES).cells()
+    m = default_matrix(FEATURES)
+    cells = Matrix(m.arch, m.dtype, m.features, m.workload, strength=len(AXES)).cells()
     ordered = covering_order(cells)
     assert sorted(c.id for c in ordered) == sorted(c.id for c in cells)
     widest = max(len(set(c.axis(a) for c in cells)) for a in AXES)
@@ -84,8 +106,11 @@ def test_cell_scenarios_switch_their_features_and_keep_user_options():
     target = EngineSpec("tinyserve", "float32", {"max_num_seqs": 4})
     sc = scenario_of(Cell("mistral", "bfloat16", "all", "long"), target, FEATURES)
     assert sc.target.dtype == "bfloat16"
-    assert sc.target.options == {"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 4}
+    assert sc.target.options == {"max_num_seqs": 4, "enable_prefix_caching": True, "block_size": 4}  # not int4
+    assert options_of(Cell("llama", "float32", "int4", "long"), FEATURES) == {"quantization": "int4"}
     assert len(sc.requests[0].prompt_ids) > 32  # past mistral's tiny sliding window
+    gemma = scenario_of(Cell("gemma2", "float32", "none", "long"), target, FEATURES)
+    assert gemma.model["query_pre_attn_scalar"] != 16  # not the preset's head_dim: a mix-up shows
     assert options_of(Cell("llama", "float32", "none", "staggered"), FEATURES) == {}
     sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES)
     assert all(not r.greedy and r.sampling["ignore_eos"] for r in sampled.requests)

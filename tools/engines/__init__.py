@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -38,6 +39,16 @@ DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue tha
 MENTIONS = {"transformers": r"\bmodel\.generate\("}
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
+# Installed third-party modules an engine worker's zygote imports ahead of its runs (package ->
+# modules, tools/engines/forkserver.py): importing the installed reference takes seconds in every
+# run otherwise, most of a sweep cell's time. Never for a run whose path holds its own copy.
+ZYGOTE_PRELOAD = {
+    "transformers": (
+        "transformers.modeling_utils",
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.llama.modeling_llama",
+    )
+}
 
 
 class UnknownEngineError(BadInput, KeyError):
@@ -116,6 +127,17 @@ def engine_capabilities(
                 raise EngineRunError(f"{name} capabilities failed: {tail[-1][:300]}", "crash", log[-4000:])
             _capabilities_cache[key] = Capabilities.from_json(json.loads(out.read_text()))
     return _capabilities_cache[key]
+
+
+def zygote_preload(env: dict) -> tuple[str, ...]:
+    """Modules a zygote forking runs with `env` may import ahead (ZYGOTE_PRELOAD): those of every
+    package that no folder on the run's PYTHONPATH holds a copy of (a tree under test, a release)."""
+    entries = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out: list[str] = []
+    for package, modules in ZYGOTE_PRELOAD.items():
+        if not any((p / package).is_dir() or (p / f"{package}.py").is_file() for p in entries):
+            out += modules
+    return tuple(out)
 
 
 def worker_paths(engine: str, tree: str | Path | None) -> list[str]:

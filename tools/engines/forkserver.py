@@ -2,8 +2,9 @@
 
 Importing torch costs seconds per engine process; a diagnosis runs about ten of them. The
 zygote is an interpreter started exactly like a worker (PYTHONPATH = diffdx's root only) that
-has imported torch, numpy and safetensors — nothing of any engine, and no tensor op has run,
-so no thread pool exists for fork to break. Each run is one connection on its Unix socket:
+has imported torch, numpy and safetensors — and the installed reference's modules when no run it
+forks holds its own copy of that package (tools.engines.zygote_preload), never a tree under test —
+and no tensor op has run, so no thread pool exists for fork to break. Each run is one connection on its Unix socket:
 
     parent -> zygote   {"module": M, "args": [...], "env": {...}, "cwd": DIR, "log": FILE}\\n
     zygote -> parent   {"pid": N}\\n          the child runs in its own session (pgid = N)
@@ -40,7 +41,7 @@ from typing import cast
 
 from tools.procgroup import kill_group
 
-PRELOAD = ("torch", "numpy", "safetensors.torch")  # third-party only: never an engine's code
+PRELOAD = ("torch", "numpy", "safetensors.torch")  # third-party only: never a tree under test
 # Parts of installed third-party packages that an engine imports on its first run, seconds each
 # (transformers imports torch._dynamo and, through its losses, scipy.optimize); still never an engine's code.
 PRELOAD_DEEP = ("torch._dynamo", "scipy.optimize")
@@ -192,8 +193,9 @@ class ZygoteUnavailable(RuntimeError):
 class ForkServer:
     """The orchestrator's handle on its zygote: started on first use, stopped at exit."""
 
-    def __init__(self, env: dict, start_timeout: float = 300.0):
+    def __init__(self, env: dict, start_timeout: float = 300.0, preload: tuple[str, ...] = ()):
         self.env = env
+        self.preload = preload  # installed modules imported ahead besides PRELOAD (tools.engines.zygote_preload)
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
@@ -207,7 +209,9 @@ class ForkServer:
         def flags(e):
             return {k: v for k, v in e.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
-        return flags(env) == flags(self.env) and not shadowed(env.get("PYTHONPATH", ""), PRELOAD + PRELOAD_DEEP)
+        return flags(env) == flags(self.env) and not shadowed(
+            env.get("PYTHONPATH", ""), PRELOAD + PRELOAD_DEEP + self.preload
+        )
 
     def start(self) -> None:
         with self.lock:
@@ -217,7 +221,7 @@ class ForkServer:
             self.dir = tempfile.mkdtemp(prefix="diffdx-zygote-")
             sock = os.path.join(self.dir, "sock")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tools.engines.forkserver", sock],
+                [sys.executable, "-m", "tools.engines.forkserver", sock, *self.preload],
                 env=self.env,
                 cwd=self.dir,
                 stdin=subprocess.PIPE,
@@ -394,16 +398,16 @@ def finish(code: int) -> None:
     os._exit(code)
 
 
-def main(sock_path: str) -> int:
+def main(sock_path: str, *preload: str) -> int:
     own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base_path = [p for p in sys.path[1:] if p not in own]  # sys.path[0] is the zygote's cwd
     for name in PRELOAD:
         importlib.import_module(name)
-    for name in PRELOAD_DEEP:  # a speed-up only: a run imports what is missing itself
+    for name in (*PRELOAD_DEEP, *preload):  # a speed-up only: a run imports what is missing itself
         try:
             importlib.import_module(name)
-        except ImportError:
-            pass
+        except Exception as e:
+            print(f"zygote: not preloaded {name}: {type(e).__name__}: {e}", file=sys.stderr)
     zygote = Zygote(sock_path)
     print("ready", flush=True)
     request = zygote.serve()
@@ -415,4 +419,4 @@ def main(sock_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:]))

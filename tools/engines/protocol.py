@@ -20,6 +20,7 @@ class TriggerAxis:
     label: str  # how the report names the feature ("prefix caching")
     words: tuple[str, ...] = ()  # words an issue uses for it (lower case; `_` and `-` read as spaces)
     workload: str = ""  # the workload shape that exercises it (tools.reproduce.WORKLOADS), "" = as given
+    alone: bool = False  # switched on by itself only, never together with the other axes (its options exclude theirs)
 
 
 @dataclass(frozen=True)

@@ -124,22 +124,26 @@ def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, st
 
 
 def fork_server(env: dict) -> ForkServer | None:
-    """This process's zygote (started lazily), or None when off, unavailable or `env` needs other flags."""
-    global _SERVER
+    """This process's zygote for runs with `env` (started lazily; one per set of modules it may
+    import ahead, tools.engines.zygote_preload), or None when off, unavailable or `env` needs other flags."""
+    from tools.engines import zygote_preload
+
     if os.environ.get("DIFFDX_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
         return None
-    if _SERVER is None or _SERVER.owner != os.getpid():
-        _SERVER = ForkServer(worker_env(None))
-    if not _SERVER.compatible(env):
+    preload = zygote_preload(env)
+    server = _SERVERS.get(preload)
+    if server is None or server.owner != os.getpid():
+        server = _SERVERS[preload] = ForkServer(worker_env(None), preload=preload)
+    if not server.compatible(env):
         return None
     try:
-        _SERVER.start()
+        server.start()
     except (ZygoteUnavailable, OSError):
         return None
-    return _SERVER
+    return server
 
 
-_SERVER: ForkServer | None = None
+_SERVERS: dict[tuple[str, ...], ForkServer] = {}
 
 
 def run_timing(worker_timing: Path, wall_s: float, load_s: float) -> dict:

@@ -87,6 +87,39 @@ TRIGGER_AXES = (
         ("block", "paged", "page size"),
         "long_prompt",
     ),
+    TriggerAxis(
+        "speculative",
+        {"speculative": "ngram", "num_speculative_tokens": 3},
+        "n-gram speculative decoding, 3 tokens proposed per step",
+        "speculative decoding",
+        ("speculat", "draft model", "ngram", "n gram", "prompt lookup", "rollback"),
+        "long_prompt",
+    ),
+    # weight-only quantization: one scheme at a time, and tensor parallelism refuses it
+    TriggerAxis(
+        "int8",
+        {"quantization": "int8"},
+        "int8 weight-only quantization",
+        "int8 quantization",
+        ("int8", "8 bit"),
+        alone=True,
+    ),
+    TriggerAxis(
+        "int4",
+        {"quantization": "int4"},
+        "int4 weight-only quantization, groups of 32 columns",
+        "int4 quantization",
+        ("int4", "4 bit", "nibble", "group size"),
+        alone=True,
+    ),
+    TriggerAxis(
+        "tensor_parallel",
+        {"tensor_parallel_size": 2},
+        "tensor parallelism over 2 ranks",
+        "tensor parallelism",
+        ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
+        alone=True,
+    ),
 )
 
 _LLAMA_LAYER = (

@@ -6,6 +6,7 @@ A matrix names, per axis, the values to cross:
     dtype    = ["float32", "bfloat16", "float16"]
     features = ["none", "prefix_caching", "all"]     # feature sets the engine's adapter declares
     workload = ["staggered", "long", "sampled"]      # request shapes (WORKLOADS)
+    strength = 3                                     # cells: every 3 values of 3 axes (4 = the full product)
 
 Every cell is one probe of the target against the reference. Plain data and pure functions; the
 probing is `agent.check`'s job.
@@ -24,8 +25,13 @@ from tools.probe.checkpoints import TINY_PRESETS
 from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict
 
 AXES = ("arch", "dtype", "features", "workload")
+DEFAULT_STRENGTH = 3  # every triple of values of three axes is in some cell: a third of the full product
 TARGET_DTYPES = tuple(d for d in DTYPES if d != "float64")  # a float64 target is the reference itself
 SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, shared by later requests
+# Config values of the sweep's tiny models where the preset lets two fields coincide that real
+# checkpoints keep apart (gemma2-27b: query_pre_attn_scalar 144, head_dim 128): a code path that
+# reads the one for the other is then wrong by a visible factor.
+MODEL_OVERRIDES = {"gemma2": {"query_pre_attn_scalar": 24}}
 SAMPLED = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "repetition_penalty": 1.2, "seed": 7}
 
 
@@ -78,29 +84,44 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Feature:
+    """A feature the engine's adapter declares (its trigger axis): the options that switch it on;
+    `alone`: never switched on together with the others (its options exclude theirs)."""
+
+    options: dict
+    alone: bool = False
+
+
+@dataclass(frozen=True)
 class Matrix:
     arch: tuple[str, ...]
     dtype: tuple[str, ...]
     features: tuple[str, ...]
     workload: tuple[str, ...]
+    strength: int = DEFAULT_STRENGTH  # t: the cells cover every t values of t axes; len(AXES) = full product
 
     def cells(self) -> list[Cell]:
-        return [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
+        product = [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
+        if self.strength >= len(AXES):
+            return product
+        return covering(product, self.strength)
 
 
-def feature_sets(declared: dict[str, dict]) -> tuple[str, ...]:
-    """The default feature axis: nothing on, each declared feature alone, everything on."""
-    names = tuple(declared)
-    return ("none", *names, "all") if len(names) > 1 else ("none", *names)
+def feature_sets(declared: dict[str, Feature]) -> tuple[str, ...]:
+    """The default feature axis: nothing on, each declared feature alone, every feature that goes
+    with the others on together."""
+    together = [name for name, f in declared.items() if not f.alone]
+    return ("none", *declared, "all") if len(together) > 1 else ("none", *declared)
 
 
-def default_matrix(declared: dict[str, dict]) -> Matrix:
+def default_matrix(declared: dict[str, Feature]) -> Matrix:
     return Matrix(tuple(TINY_PRESETS), TARGET_DTYPES, feature_sets(declared), tuple(WORKLOADS))
 
 
-def load_matrix(path: Path | None, declared: dict[str, dict]) -> Matrix:
-    """The matrix file (TOML, the axes as top-level keys; missing axes take the default's values),
-    checked against what exists: archs, dtypes, workloads, and the features the engine declares."""
+def load_matrix(path: Path | None, declared: dict[str, Feature]) -> Matrix:
+    """The matrix file (TOML, the axes as top-level keys; missing axes take the default's values;
+    `strength`, 1 to 4, how many axes' values the cells cross in full), checked against what exists:
+    archs, dtypes, workloads, and the features the engine declares."""
     base = default_matrix(declared)
     if path is None:
         return base
@@ -110,9 +131,12 @@ def load_matrix(path: Path | None, declared: dict[str, dict]) -> Matrix:
         raise MatrixError(f"matrix {path}: cannot read it ({e.strerror})") from None
     except tomllib.TOMLDecodeError as e:
         raise MatrixError(f"matrix {path}: not valid TOML ({e})") from None
+    strength = data.pop("strength", base.strength)
+    if not isinstance(strength, int) or isinstance(strength, bool) or not 1 <= strength <= len(AXES):
+        raise MatrixError(f"matrix {path}: strength must be an integer from 1 to {len(AXES)}, got {strength!r}")
     unknown = sorted(set(data) - set(AXES))
     if unknown:
-        raise MatrixError(f"matrix {path}: unknown axes {unknown}; the axes are {', '.join(AXES)}")
+        raise MatrixError(f"matrix {path}: unknown axes {unknown}; the axes are {', '.join(AXES)} (and strength)")
     allowed = {
         "arch": tuple(TINY_PRESETS),
         "dtype": TARGET_DTYPES,
@@ -128,22 +152,25 @@ def load_matrix(path: Path | None, declared: dict[str, dict]) -> Matrix:
         if bad:
             raise MatrixError(f"matrix {path}: {axis} {bad} unknown here; one of {', '.join(allowed[axis])}")
         values[axis] = tuple(dict.fromkeys(given))
-    return Matrix(**values)
+    return Matrix(**values, strength=strength)
 
 
-def options_of(cell: Cell, declared: dict[str, dict]) -> dict:
+def options_of(cell: Cell, declared: dict[str, Feature]) -> dict:
     """The engine options a cell's feature set switches on."""
     if cell.features == "none":
         return {}
     if cell.features == "all":
         merged: dict = {}
-        for opts in declared.values():
-            merged.update(opts)
+        for f in declared.values():
+            if not f.alone:
+                merged.update(f.options)
         return merged
-    return dict(declared[cell.features])
+    return dict(declared[cell.features].options)
 
 
-def scenario_of(cell: Cell, target: EngineSpec, declared: dict[str, dict], reference: dict | None = None) -> Scenario:
+def scenario_of(
+    cell: Cell, target: EngineSpec, declared: dict[str, Feature], reference: dict | None = None
+) -> Scenario:
     """The cell as a Scenario: the tiny seeded model of its arch, its workload, the target's own
     options (from --engine) under the feature set's."""
     window = TINY_PRESETS[cell.arch].get("sliding_window")
@@ -151,7 +178,7 @@ def scenario_of(cell: Cell, target: EngineSpec, declared: dict[str, dict], refer
     for r in requests:
         r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
     data = {
-        "model": {"arch": cell.arch, "seed": 0},
+        "model": {"arch": cell.arch, "seed": 0, **MODEL_OVERRIDES.get(cell.arch, {})},
         "target": {
             "engine": target.engine,
             "dtype": cell.dtype,
@@ -168,11 +195,25 @@ def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:
     """Cells ordered so that a prefix covers as much as it can: first every value of every axis,
     then every pair of values of two axes, then the rest (seeded shuffle). Cutting the list
     anywhere (a time budget) keeps the widest coverage for the cells run."""
+    ordered, rest = _greedy_cover(cells, (1, 2), seed)
+    return ordered + rest
+
+
+def covering(cells: list[Cell], strength: int, seed: int = 0) -> list[Cell]:
+    """The cells, taken greedily in covering order (values, pairs, ... up to `strength`), that
+    cover every combination of `strength` axes' values that `cells` hold: a covering array."""
+    ordered, _ = _greedy_cover(cells, tuple(range(1, strength + 1)), seed)
+    return ordered
+
+
+def _greedy_cover(cells: list[Cell], arities: tuple[int, ...], seed: int) -> tuple[list[Cell], list[Cell]]:
+    """-> (cells chosen, each adding the most combinations not yet covered, arity by arity; the
+    cells left, in a seeded shuffle)."""
     rng = random.Random(seed)
     rest = list(cells)
     rng.shuffle(rest)
     ordered: list[Cell] = []
-    for arity in (1, 2):
+    for arity in arities:
         seen: set = set().union(*(_combos(c, arity) for c in ordered))
         while True:
             gain = [(len(_combos(c, arity) - seen), i) for i, c in enumerate(rest)]
@@ -182,7 +223,7 @@ def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:
             cell = rest.pop(best[1])
             ordered.append(cell)
             seen |= _combos(cell, arity)
-    return ordered + rest
+    return ordered, rest
 
 
 def _combos(cell: Cell, arity: int) -> set:

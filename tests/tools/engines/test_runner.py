@@ -107,17 +107,32 @@ def test_a_hang_is_killed_at_the_timeout_with_its_whole_group(tmp_path, mode):
     assert run_folders(tmp_path) == []
 
 
-def test_worker_imports_nothing_of_the_engine_before_the_tree(tmp_path, mode):
-    """Isolation: the forked worker has torch already, but no engine module before the tree's."""
+def preloaded(tmp_path, tree) -> set[str]:
+    """The top-level engine packages a worker for `tree` has in sys.modules before the tree's code runs."""
     seen = tmp_path / "preloaded.txt"
-    tree = tree_with(
-        tmp_path,
+    (tree / "sitecustomize.py").write_text(
         "import sys\n"
         f"open({str(seen)!r}, 'w').write(' '.join(sorted(m for m in sys.modules if "
-        "m.split('.')[0] in ('tinyserve', 'transformers'))))\n",
+        "m.split('.')[0] in ('tinyserve', 'transformers'))))\n"
     )
     run_engine(tiny_job(), tree, workdir=tmp_path)
-    assert seen.read_text() == ""
+    return {m.split(".")[0] for m in seen.read_text().split()}
+
+
+def test_worker_imports_nothing_of_the_engine_before_the_tree(tmp_path, mode):
+    """Isolation: the forked worker has torch already, and at most the installed reference
+    (tools.engines.ZYGOTE_PRELOAD), but nothing of the tree under test before the tree's own."""
+    tree = tree_with(tmp_path, "")
+    assert preloaded(tmp_path, tree) <= ({"transformers"} if mode == "fork" else set())
+
+
+def test_a_tree_holding_the_reference_package_gets_no_preloaded_copy(tmp_path, mode):
+    """A tree (or a release) with its own copy of a preloaded package: its worker comes from a
+    zygote that never imported that package, so the tree's copy is the one imported."""
+    tree = tree_with(tmp_path, "")
+    (tree / "transformers").mkdir()
+    (tree / "transformers" / "__init__.py").write_text("")
+    assert preloaded(tmp_path, tree) == set()
 
 
 ORCHESTRATOR = """
