@@ -90,7 +90,8 @@ def localize(
     budget: int = MAX_RESTORES,
 ) -> tuple[list[Hypothesis], Narrowing]:
     """Rank and verify inside the release diff; returns all candidates ranked and what was spent."""
-    arch = getattr(repro.scenario.model, "arch", None)
+    model = repro.scenario.model
+    arch = model.get("arch") if isinstance(model, dict) else getattr(model, "arch", None)
     ran = len(suspects(cands, culprit, None))
     ordered = suspects(cands, culprit, arch, repo)
     narrowing = Narrowing(changed=len(changed_by(cands, culprit)), ran=ran, code_changed=len(ordered))
