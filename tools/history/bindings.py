@@ -68,7 +68,7 @@ def top_bindings(module_text: str) -> dict[str, tuple[str, ast.stmt]]:
     return out
 
 
-def import_line(name: str, stmt: ast.stmt) -> str:
+def import_line(name: str, stmt: ast.Import | ast.ImportFrom) -> str:
     """One import statement binding just `name`, as the old module imported it."""
     alias = next(a for a in stmt.names if (a.asname or a.name).split(".")[0] == name)
     spelled = alias.name + (f" as {alias.asname}" if alias.asname else "")
@@ -90,8 +90,8 @@ def missing_bindings(old_module: str, new_module: str, restored: list[str]) -> t
         seen.add(name)
         if name in new or name not in old:
             continue
-        kind, stmt = old[name]
-        if kind == "import":
+        _, stmt = old[name]
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             imports.append(import_line(name, stmt))
             continue
         text = ast.get_source_segment(old_module, stmt, padded=False) or ""
