@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.engines.runner import EngineRunError
+from tools.history.bindings import insert_bindings, missing_bindings, same_code
 from tools.history.gitrepo import GitError, PatchConflict, temporary_worktree
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.rank import WEIGHTS, rank
@@ -45,13 +46,14 @@ class Narrowing:
 
     changed: int  # functions the release changed
     ran: int  # of them, run by the failing scenario
+    code_changed: int = 0  # of those, with their code changed (not only moved or re-documented)
     restores: int = 0  # counterfactual restores probed
     log: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
             f"release diff: {self.changed} functions changed, {self.ran} ran in the failing scenario, "
-            f"{self.restores} of at most {MAX_RESTORES} counterfactual restores run"
+            f"{self.code_changed} of them with changed code, {self.restores} of at most {MAX_RESTORES} counterfactual restores run"
         )
 
 
@@ -65,11 +67,13 @@ def changed_by(cands: list[Hypothesis], culprit: Culprit) -> list[Hypothesis]:
     return [h for h in cands if h.commit in shas]
 
 
-def suspects(cands: list[Hypothesis], culprit: Culprit, arch: str | None) -> list[Hypothesis]:
+def suspects(cands: list[Hypothesis], culprit: Culprit, arch: str | None, repo: Path | None = None) -> list[Hypothesis]:
     """Changed functions that ran in the failing scenario, best first (all changed ones if coverage
-    is unknown)."""
+    is unknown); functions the release only moved or re-documented (same code) are left out."""
     changed = changed_by(cands, culprit)
     ran = [h for h in changed if RAN in h.evidence] or changed
+    if repo is not None:
+        ran = [h for h in ran if not only_moved(repo, h)] or ran
     for h in ran:
         if arch and arch.lower() in h.file.lower():
             h.score += ARCH_WEIGHT
@@ -86,9 +90,11 @@ def localize(
     budget: int = MAX_RESTORES,
 ) -> tuple[list[Hypothesis], Narrowing]:
     """Rank and verify inside the release diff; returns all candidates ranked and what was spent."""
-    arch = getattr(repro.scenario.model, "arch", None)
-    ordered = suspects(cands, culprit, arch)
-    narrowing = Narrowing(changed=len(changed_by(cands, culprit)), ran=len(ordered))
+    model = repro.scenario.model
+    arch = model.get("arch") if isinstance(model, dict) else getattr(model, "arch", None)
+    ran = len(suspects(cands, culprit, None))
+    ordered = suspects(cands, culprit, arch, repo)
+    narrowing = Narrowing(changed=len(changed_by(cands, culprit)), ran=ran, code_changed=len(ordered))
     restorer = Restorer(repo, culprit.sha, repro, prober, narrowing, budget)
     found = restorer.singles(ordered[:SINGLE_FIRST])
     if found is None:
@@ -128,7 +134,8 @@ class Restorer:
         cannot run without the helpers they moved with, the whole file; on success split the file's
         suspects in halves down to one function."""
         for file in dict.fromkeys(h.file for h in ordered):
-            group = [h for h in ordered if h.file == file and not refuted(h)]
+            pool = [h for h in ordered if h.file == file]
+            group = [h for h in pool if not refuted(h)]
             if not group or self.left() <= 0:
                 continue
             outcome = self.probe_restored(group)
@@ -136,39 +143,67 @@ class Restorer:
                 outcome = self.probe_file(file)
                 if outcome is True:
                     credit(group, f"restoring the previous release's {file} removes the divergence")
-                    return self.neighbourhoods(group)
+                    return self.neighbourhoods(group, pool)
             if outcome is True:
                 credit(group, f"restoring the previous release's {file} section removes the divergence")
-                return self.split(group)
+                return self.split(group, pool)
         return None
 
-    def neighbourhoods(self, group: list[Hypothesis]) -> Hypothesis | None:
+    def neighbourhoods(self, group: list[Hypothesis], pool: list[Hypothesis] | None = None) -> Hypothesis | None:
         """The file's suspects cannot be restored alone or all together (their helpers moved with the
-        file): restore each suspect with the changed suspects it calls or that call it, best first."""
-        calls = call_edges(self.repo, group)
+        file): restore each suspect with the changed suspects of the file (`pool`, refuted ones
+        included: a caller that restores alone without effect may still be needed with its callee)
+        it calls or that call it, best first."""
+        pool = pool or group
+        calls = call_edges(self.repo, pool)
         for h in group:
-            section = [g for g in group if g is h or linked(h, g, calls)]
-            if len(section) == len(group) or frozenset(g.function for g in section) in self.tried:
+            section = [g for g in pool if g is h or linked(h, g, calls)]
+            if len(section) == len(pool) or frozenset(g.function for g in section) in self.tried:
                 continue
             if self.probe_restored(section) is True:
                 if len(section) == 1:
                     return mark_verified(h, "restoring its previous release's version removes the divergence")
-                h.score += SECTION_WEIGHT
-                h.evidence.append(
+                culprit = self.attribute(section) or h
+                culprit.score += SECTION_WEIGHT
+                culprit.evidence.append(
                     "restoring it with the changed functions it calls or is called by ("
-                    + ", ".join(g.function for g in section if g is not h)
+                    + ", ".join(g.function for g in section if g is not culprit)
                     + ") removes the divergence"
                 )
-                return h
+                return culprit
         return None
 
-    def split(self, group: list[Hypothesis]) -> Hypothesis | None:
-        """Halve a group whose joint restore removes the divergence, keeping the half that does."""
+    def attribute(self, section: list[Hypothesis]) -> Hypothesis | None:
+        """Group testing inside a section whose joint restore removes the divergence: leave one member
+        at its bad-release code and restore the rest. If the divergence comes back, that member is
+        needed; if not, it is not. Returns the one needed member, when exactly one is."""
+        needed = []
+        for m in section:
+            rest = [g for g in section if g is not m]
+            if len(rest) == 1 and refuted(rest[0]):
+                outcome: bool | None = False  # the rest alone was already restored: still diverged
+            elif frozenset(g.function for g in rest) in self.tried:
+                continue
+            else:
+                outcome = self.probe_restored(rest)
+            if outcome is False:
+                needed.append(m)
+        if len(needed) != 1:
+            return None
+        needed[0].score += SECTION_WEIGHT
+        needed[0].evidence.append(
+            "group test: restoring the rest of its section without it leaves the divergence, with it removes it"
+        )
+        return needed[0]
+
+    def split(self, group: list[Hypothesis], pool: list[Hypothesis]) -> Hypothesis | None:
+        """Halve a group whose joint restore removes the divergence, keeping the half that does; when
+        the halves cannot run apart (they changed together), search by call neighbourhoods."""
         while len(group) > 1 and self.left() > 0:
             half = group[: len(group) // 2]
             outcome = self.probe_restored(half)
             if outcome is None:
-                return None  # the halves cannot run apart (they changed together)
+                return self.neighbourhoods(group, pool)
             group = half if outcome else group[len(group) // 2 :]
         if len(group) == 1 and self.left() >= 0:
             return mark_verified(group[0], "the narrowed section restore removes the divergence")
@@ -178,7 +213,7 @@ class Restorer:
         """True: no divergence once these functions are their previous release's versions; False:
         still diverges; None: cannot be tested (all new functions, engine crash)."""
         self.tried.add(frozenset(h.function for h in hyps))
-        return self._probe(lambda tree: [h.function for h in hyps if self.restore(tree, h)])
+        return self._probe(lambda tree: restore_functions(self.repo, tree, hyps))
 
     def probe_file(self, file: str) -> bool | None:
         """The same for the previous release's whole file."""
@@ -200,11 +235,49 @@ class Restorer:
         self.narrowing.log.append(f"restore {shown}: {'diverges' if diverged else 'agrees'}")
         return not diverged
 
-    def restore(self, tree: Path, h: Hypothesis) -> bool:
-        """Splice h's previous-release text over its current definition; False if it had none."""
-        old = open_index(self.repo, commit=f"{h.commit}^", include_tests=False)
-        before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
-        return before is not None and restore_function(tree, h.file, h.function, old.read(before))
+
+def previous_text(repo: Path, h: Hypothesis) -> str | None:
+    """h's definition text in the release before the one that changed it."""
+    old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+    return old.read(before) if before is not None else None
+
+
+def only_moved(repo: Path, h: Hypothesis) -> bool:
+    """The release moved or re-documented h without changing its code (compared as syntax trees,
+    so a refactor that moved a function is not mistaken for one that changed it)."""
+    try:
+        before = previous_text(repo, h)
+        new = open_index(repo, commit=h.commit, include_tests=False)
+    except GitError:
+        return False
+    after = next((s for s in new.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+    return before is not None and after is not None and same_code(before, new.read(after))
+
+
+def restore_functions(repo: Path, tree: Path, hyps: list[Hypothesis]) -> list[str]:
+    """Splice each function's previous-release text over its definition in the tree, then give each
+    touched module back the module-level names (imports, helpers) those texts read and the new
+    module no longer binds. Returns the restored functions' names."""
+    restored: dict[str, list[str]] = {}
+    names = []
+    for h in hyps:
+        text = previous_text(repo, h)
+        if text is not None and restore_function(tree, h.file, h.function, text):
+            restored.setdefault(h.file, []).append(text)
+            names.append(h.function)
+    for file, texts in restored.items():
+        old = git_show(repo, f"{hyps[0].commit}^", file)
+        path = tree / file
+        imports, defs = missing_bindings(old, path.read_text(), texts) if old is not None else ([], [])
+        if imports or defs:
+            path.write_text(insert_bindings(path.read_text(), imports, defs))
+    return names
+
+
+def git_show(repo: Path, rev: str, file: str) -> str | None:
+    proc = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{file}"], capture_output=True)
+    return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
 
 
 def restore_file(repo: Path, tree: Path, file: str, sha: str) -> bool:

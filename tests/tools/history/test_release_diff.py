@@ -165,3 +165,64 @@ def test_functions_that_only_restore_together_are_found_by_their_call_neighbourh
     assert ranked[0].function == "scale"
     assert any("with the changed functions it calls or is called by (apply)" in e for e in ranked[0].evidence)
     assert narrowing.restores <= MAX_RESTORES
+
+
+def refactor_release(bad: bool) -> dict[str, str]:
+    """The shape of a real refactor release: `band` loses its `cfg` parameter (and, with it, the
+    band) while its caller `prepare` stops passing it; the import only the old `band` used goes;
+    `helper` moves below the others unchanged. Restoring `band` alone cannot run (the new caller
+    does not pass `cfg`); restoring it with its caller needs the dropped import back; restoring
+    the caller alone runs and still diverges."""
+    const = "UNIT" if bad else "ONE"
+    helper = "def helper(x):\n    return x + 0\n"
+    if bad:
+        imports = ""
+        band = "def band(x, k, **kwargs):\n    return x * k\n"
+        prepare = "def prepare(x):\n    return band(x, 3)\n"
+    else:
+        imports = "from operator import add\n\n\n"
+        band = "def band(x, k, cfg):\n    return add(x * k, 1) if cfg else x * k\n"
+        prepare = "def prepare(x):\n    return band(x, 3, cfg=True)\n"
+    funcs = "\n\n".join(f"def f{i}(x):\n    return x * {const} + {i} - {i}\n" for i in range(N_FUNCS))
+    defs = [band, prepare, funcs] + ([helper] if bad else [])
+    core = f"{imports}{const} = 1\n\n\n" + ("" if bad else helper + "\n\n") + "\n\n".join(defs)
+    run = "from pkg.core import f7, helper, prepare\n\n\ndef run():\n    return prepare(helper(f7(2.0)))\n"
+    return {"pkg/__init__.py": "", "pkg/core.py": core, "pkg/run.py": run}
+
+
+def test_a_refactored_signature_pair_is_attributed_by_group_testing(tmp_path):
+    """Regression (rl-qwen2-swa-mask-dropped's shape): the file's restore isolated the bug, but no
+    function restored alone and the pair with its caller could not run without the old module's
+    import, so the culprit stayed at rank 3. Moved-only functions are no suspects either."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for version, bad in (("1.0", False), ("1.1", True)):
+        for rel, text in refactor_release(bad).items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"Release: v{version}")
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    ran = {"helper": 11.0, "prepare": 9.0, "band": 8.0, "f7": 7.5}
+    names = [*ran] + [f"f{i}" for i in range(N_FUNCS) if i != 7]
+    cands = [
+        Hypothesis(
+            "pkg/core.py",
+            n,
+            sha,
+            "attention",
+            0.0,
+            "",
+            [f"changed by {sha[:10]}"] + ([RAN] if n in ran else []),
+            score=ran.get(n, 2.5),
+        )
+        for n in names
+    ]
+    repro = Reproduction(True, scenario=SimpleNamespace(model=SimpleNamespace(arch="pkg")), probe=None)
+    oracle = PackageOracle()
+    ranked, narrowing = localize(repo, cands, repro, oracle, Culprit(sha, "", "", ""))  # prints 7.0 when right
+    assert narrowing.ran == 4 and narrowing.code_changed == 3, "helper only moved: not a suspect"
+    assert ranked[0].function == "band"
+    assert any(e.startswith("group test:") for e in ranked[0].evidence)
+    assert narrowing.restores <= MAX_RESTORES
