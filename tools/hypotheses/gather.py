@@ -44,13 +44,6 @@ COMPONENT_WORDS = {
     "lm_head": ["logits", "lm_head", "softcap", "head", "tie", "final"],
     "sampler": ["sampl", "penalt", "top_k", "top_p", "min_p", "temperature", "logprob", "logits_process"],
 }
-# Model keys that only size the seeded checkpoint (DESIGN §1); every other key is a setting the
-# reporter chose (a window, a rope scaling), and code that reads it is where that setting is honoured.
-SHAPE_KEYS = {
-    "arch", "seed", "path", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "vocab_size", "max_position_embeddings", "initializer_range", "tie_word_embeddings",
-    "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype", "rms_norm_eps",
-}  # fmt: skip
 # Trigger words (from the variant that reproduced) -> code words.
 TRIGGER_WORDS = {
     "prefix": ["prefix", "hash", "cache", "block", "evict", "ref"],
@@ -105,7 +98,6 @@ def gather(
         _get(cands, sym).commit = commit
     _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
     if culprit is None:
-        _add_setting_evidence(cands, index, repro, failing)
         if prober is not None:
             _add_contract_evidence(cands, index, repro, drill, prober, repo)
         _add_recent_changes(cands, repo, index, failing)
@@ -171,39 +163,6 @@ def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, f
         c.add("trigger", "belongs to the feature that triggers the divergence")
     if failing is not None:
         c.add("ran" if ran else "not_run", "runs in the failing scenario" if ran else "")
-
-
-def scenario_settings(model: dict) -> list[str]:
-    """The scenario's non-sizing model keys, and the string values inside them (a rope type):
-    the settings whose handling a report without history most likely concerns."""
-    words = []
-    for key, value in model.items():
-        if key in SHAPE_KEYS or value in (None, False):
-            continue
-        words.append(key)
-        inner = value.values() if isinstance(value, dict) else []
-        words += [v for v in inner if isinstance(v, str) and len(v) > 3]
-    return words
-
-
-def _add_setting_evidence(cands, index, repro: Reproduction, failing) -> None:
-    """No history: a function that ran and whose source reads one of the scenario's settings is
-    where that setting is honoured (or dropped)."""
-    options = getattr(getattr(repro.scenario, "target", None), "options", None) or {}
-    settings = scenario_settings(dict(repro.scenario.model)) + [
-        v for v in options.values() if isinstance(v, str) and len(v) > 3
-    ]
-    if not settings or failing is None:
-        return
-    for sym in index_functions(index):
-        if f"{sym.file}:{sym.qualname}" not in failing:
-            continue
-        text = f"{sym.qualname} {index.read(sym)}"
-        read = [w for w in settings if w in text]
-        if read:
-            c = _get(cands, sym)
-            c.add("setting", f"reads the scenario's setting {read[0]}")
-            c.add("ran", "runs in the failing scenario")
 
 
 def index_functions(index) -> list[Symbol]:

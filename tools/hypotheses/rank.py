@@ -25,7 +25,6 @@ WEIGHTS = {
     "contract": 10.0,  # breaks its own contract on its recorded inputs (tools.hypotheses.contracts)
     "contract_caller": 1.0,  # breaks it only where a callee that breaks it too is involved
     "contract_ok": -1.5,  # keeps its contract on every recorded call
-    "setting": 1.5,  # without a culprit: its source reads a setting the scenario switches away from the default
 }
 
 CATEGORY_OF_COMPONENT = {

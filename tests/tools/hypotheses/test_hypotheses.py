@@ -50,30 +50,3 @@ def test_trigger_words_follow_the_trigger_and_pattern():
     drill = DrillDown("layers.0.attn.out", 0, "attention", pattern={"decode_only": True})
     words = trigger_words("prefix caching on, later requests share a prefix", drill)
     assert "hash" in words and "decode" in words
-
-
-def test_without_history_functions_that_read_the_scenarios_settings_are_suspects(tmp_path: Path):
-    """Sizing keys say nothing; a window or a rope scaling the reporter chose does: the code that
-    ran and reads it is where the setting is honoured or dropped."""
-    from types import SimpleNamespace
-
-    from tools.hypotheses.gather import _add_setting_evidence, scenario_settings
-    from tools.source.index import open_index
-
-    model = {"arch": "qwen2", "hidden_size": 64, "sliding_window": 32, "rope_scaling": {"rope_type": "yarn"}}
-    assert scenario_settings(model) == ["sliding_window", "rope_scaling", "yarn"]
-    (tmp_path / "m.py").write_text(
-        "def make_mask(cfg):\n    return cfg.sliding_window\n\n\n"
-        "def compute_yarn(cfg):\n    return 1\n\n\n"
-        "def embed(x):\n    return x\n\n\n"
-        "def unused_window(cfg):\n    return cfg.sliding_window\n"
-    )
-    index = open_index(tmp_path, include_tests=False)
-    cands: dict = {}
-    ran = {"m.py:make_mask", "m.py:compute_yarn", "m.py:embed"}
-    _add_setting_evidence(cands, index, SimpleNamespace(scenario=SimpleNamespace(model=model)), ran)
-    found = {name: c.evidence[0] for (_, name), c in cands.items()}
-    assert found == {
-        "make_mask": "reads the scenario's setting sliding_window",
-        "compute_yarn": "reads the scenario's setting yarn",
-    }, "embed reads no setting; unused_window did not run"
