@@ -59,6 +59,7 @@ COMMON = {
     "rms-norm",
     "softcap",
     "attention-mask",
+    "paged-attention",
     "rope-frequencies",
     "rope-cos-sin",
     "rope-rotation",
