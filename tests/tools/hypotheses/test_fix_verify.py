@@ -75,3 +75,38 @@ def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_p
         assert not any(h.verified or h.verified_by for h in checked)
     assert prober.engine_runs == runs
     assert checkout_digest(repo) == before
+
+
+# A decode-only bug at base in the split-KV merge: the partitions' weights take the wrong sign.
+MERGE_SIGN = (
+    "    weights = torch.exp(lses - lse).nan_to_num(0.0)\n",
+    "    weights = torch.exp(lses + lse).nan_to_num(0.0)\n",
+)
+
+
+def test_a_caller_that_routes_around_its_faulty_callee_hands_the_credit_to_the_callee(tmp_path):
+    """Regression: verification credited the caller. `paged_attention`'s first template edit (`>` ->
+    `>=`) sends decode rows through the prefill kernel too, which removes the divergence without
+    touching the faulty merge; the merge's own edit removes it as well and takes the credit."""
+    repo = tree_at_base(tmp_path / "repo", MERGE_SIGN)
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    before = checkout_digest(repo)
+    caller, merge = candidate(ATTENTION_OPS, "paged_attention"), candidate(ATTENTION_OPS, "merge_attn_partitions")
+    caller.score = 2.0  # ranked first: its edits are tried first, and one of them verifies
+    ranked = verify(repo, [caller, merge], repro, prober, None)
+    assert ranked[0] is merge and merge.verified and merge.verified_by == "fix-template"
+    assert "+    weights = torch.exp(lses - lse)" in merge.verifying_diff
+    assert not caller.verified and caller.verified_by is None and caller.verifying_diff == ""
+    assert "credited to the callee" in caller.evidence[0] and "merge_attn_partitions" in caller.evidence[0]
+    assert checkout_digest(repo) == before
+
+
+def test_touched_calls_names_the_calls_an_edit_removed_or_changed():
+    from tools.hypotheses.verify import touched_calls
+
+    before = "def f(x):\n    y = g(x) + self.h(x)\n    return k(y)\n"
+    assert touched_calls(before, "def f(x):\n    y = g(x + 1) + self.h(x)\n    return k(y)\n") == {"g"}
+    assert touched_calls(before, "def f(x):\n    y = self.h(x)\n    return k(y)\n") == {"g"}
+    assert touched_calls(before, before.replace("return k(y)", "return k(y) * 2")) == set()
