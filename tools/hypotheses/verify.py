@@ -173,7 +173,7 @@ def prefer_callee(
     order = {name: 0 if name in touched else 1 for name in reach}
     callees = sorted(
         (c for c in suspects if c is not h and not c.verified and c.score >= 0 and short_name(c.function) in reach),
-        key=lambda c: order[short_name(c.function)],
+        key=lambda c: (order[short_name(c.function)], not breaks_contract(c)),
     )[:CALLEES_TRIED]
     for c in callees:
         if verify_alone(repo, c, repro, prober, templates=not touched_only):
@@ -181,7 +181,16 @@ def prefer_callee(
             return c
         if short_name(c.function) in touched:
             h.evidence.append(f"its verifying edit changes its call to {c.function}, which does not verify on its own")
+    broken = next((c for c in callees if breaks_contract(c)), None)
+    if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
+        withdraw(h, broken, "reaches")
+        return broken
     return h
+
+
+def breaks_contract(h: Hypothesis) -> bool:
+    """Its recorded calls broke its role's contract on their own inputs (tools.hypotheses.gather)."""
+    return any(e.startswith("contract: ") for e in h.evidence)
 
 
 def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober, templates: bool) -> bool:
@@ -203,14 +212,14 @@ def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
     caller.verified, caller.verified_by, caller.verifying_diff = False, None, ""
     caller.score -= WEIGHTS["verified"]
     caller.evidence = [e for e in caller.evidence if not e.startswith("verified: ")]
+    why = "whose own edit removes it" if callee.verified else "which breaks its contract on its own inputs"
     caller.evidence.insert(
         0,
-        f"an edit of it removes the divergence too, but it {relation} {callee.function}, whose own edit "
-        "removes it: credited to the callee, where the fault is",
+        f"an edit of it removes the divergence, but it {relation} {callee.function}, {why}: "
+        "credited to the callee, where the fault is",
     )
     callee.evidence.append(
-        f"its caller {caller.function} verifies too, by an edit that avoids it; the fault is credited to "
-        "this function, whose own edit removes the divergence"
+        f"its caller {caller.function} verifies by an edit that avoids this function; the fault is credited here"
     )
 
 

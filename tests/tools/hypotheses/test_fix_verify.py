@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.faults_tinyserve import ATTENTION_OPS, CAUSAL_STRICT, checkout_digest, tree_at_base
+from tests.tools.probe.test_no_false_alarms_tinyserve import EVERYTHING
+from tests.tools.probe.test_no_false_alarms_tinyserve import FULL as FULL_MATRIX
+from tests.tools.probe.test_no_false_alarms_tinyserve import scenario as matrix_scenario
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.verify import FIX_PROBES_PER_FUNCTION, verify
 from tools.probe.prober import Prober
@@ -16,6 +19,7 @@ from tools.scenario import from_dict
 
 NORM = "tinyserve/ops/norm.py"
 slow = pytest.mark.slow
+FAST_CELL = ("llama", "float32", EVERYTHING)
 
 
 def scenario(arch: str = "llama", dtype: str = "float32"):
@@ -52,20 +56,21 @@ def test_a_mask_comparison_bug_at_base_is_verified_by_its_fix_template(tmp_path)
     assert checkout_digest(repo) == before  # the edits ran in a temporary worktree
 
 
+# The false-alarm matrix of the probe (tests/tools/probe/test_no_false_alarms_tinyserve.py): every
+# arch x dtype, engine features off and all on (prefix caching, chunked prefill, small blocks).
 FALSE_ALARMS = [
-    ("llama", "float32"),
-    pytest.param("llama", "bfloat16", marks=slow),
-    pytest.param("gemma2", "float32", marks=slow),
-    pytest.param("gemma2", "bfloat16", marks=slow),
+    pytest.param(arch, dtype, options, marks=[] if (arch, dtype, options) == FAST_CELL else slow)
+    for arch, dtype, options in FULL_MATRIX
 ]
 
 
-@pytest.mark.parametrize("arch,dtype", FALSE_ALARMS)
-def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_path):
+@pytest.mark.parametrize("arch,dtype,options", FALSE_ALARMS)
+def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, options, tmp_path):
     """Nothing to fix: the probe agrees before any edit, so no edit may claim to have removed a
     divergence (a no-op edit of `_softcap` would 'agree' too) and no engine runs for templates."""
     repo = tree_at_base(tmp_path / "repo", None)
-    prober, sc = Prober(), scenario(arch, dtype)
+    (repo / "notes.txt").write_text("the user's own untracked file\n")
+    prober, sc = Prober(), from_dict(matrix_scenario(arch, dtype, **options))
     probe = prober.probe(sc, repo)
     assert not probe.diverged, probe.summary
     before, runs = checkout_digest(repo), prober.engine_runs
@@ -89,6 +94,8 @@ def test_a_caller_that_routes_around_its_faulty_callee_hands_the_credit_to_the_c
     `>=`) sends decode rows through the prefill kernel too, which removes the divergence without
     touching the faulty merge; the merge's own edit removes it as well and takes the credit."""
     repo = tree_at_base(tmp_path / "repo", MERGE_SIGN)
+    (repo / "notes.txt").write_text("the user's own untracked file\n")
+    (repo / ATTENTION_OPS).write_text((repo / ATTENTION_OPS).read_text() + "# an uncommitted note\n")
     prober, sc = Prober(), scenario()
     repro = Reproduction(True, sc, prober.probe(sc, repo))
     assert repro.probe.diverged
