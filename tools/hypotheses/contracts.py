@@ -236,9 +236,11 @@ def kv_range(inputs: dict) -> tuple[int, int] | None:
     start = next((v for k, v in ints.items() if k in ("p0", "start", "begin", "kv_start", "partition_start")), None)
     size = next((v for k, v in ints.items() if k in ("part", "partition", "partition_size", "size")), None)
     end = next((v for k, v in ints.items() if k in ("end", "stop", "kv_end", "partition_end")), None)
-    if start is None or (size is None and end is None):
+    if start is None:
         return None
-    return start, end if end is not None else start + size
+    if end is not None:
+        return start, end
+    return (start, start + size) if size is not None else None
 
 
 def check_paged_attention(inputs: dict, output, _ctx: dict) -> float | None:
@@ -246,7 +248,9 @@ def check_paged_attention(inputs: dict, output, _ctx: dict) -> float | None:
     from the recorded query, cache and block table: ~1 for a correct kernel, THRESHOLD is the bar."""
     q = next((v for k, v in inputs.items() if k.lower() in ("q", "query", "queries")), None)
     k_cache, v_cache = param(inputs, "key_cache", "k_cache"), param(inputs, "value_cache", "v_cache")
-    if not all(isinstance(t, torch.Tensor) for t in (q, k_cache, v_cache)) or k_cache.dim() != 4:
+    if not (isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor) and isinstance(v_cache, torch.Tensor)):
+        return None
+    if k_cache.dim() != 4:
         return None
     partial = isinstance(output, (tuple, list))
     span = kv_range(inputs)
