@@ -208,7 +208,8 @@ def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober,
 
 
 def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
-    """The caller's verification goes to the callee that verified on its own edit."""
+    """The caller's verification is withdrawn in favour of the callee: verified on its own edit, or
+    breaking its contract on its own inputs."""
     caller.verified, caller.verified_by, caller.verifying_diff = False, None, ""
     caller.score -= WEIGHTS["verified"]
     caller.evidence = [e for e in caller.evidence if not e.startswith("verified: ")]
