@@ -167,7 +167,9 @@ def prefer_callee(
     edit that changes its arguments or sends the work down another path. Suspects it calls (the
     calls its edit removed or changed first; with `touched_only`, only those; also their callees)
     are verified on their own, and the first that verifies takes the credit: the fault is where the
-    smallest verifying edit is. Returns the hypothesis that keeps it."""
+    smallest verifying edit is. Failing that, a callee that breaks its contract takes it, and so does
+    one the suspected commit created when the caller's restore changes nothing but its use of it.
+    Returns the hypothesis that keeps it."""
     touched = touched_calls(before, after)
     reach = set(touched) if touched_only else reachable_calls(repo, before)
     order = {name: 0 if name in touched else 1 for name in reach}
@@ -179,13 +181,39 @@ def prefer_callee(
         if verify_alone(repo, c, repro, prober, templates=not touched_only):
             withdraw(h, c, "drops or changes its call to" if short_name(c.function) in touched else "calls")
             return c
-        if short_name(c.function) in touched:
-            h.evidence.append(f"its verifying edit changes its call to {c.function}, which does not verify on its own")
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
         return broken
+    used = next((c for c in callees if only_use_changed(before, after, short_name(c.function))), None)
+    if touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
+        how = (
+            f"restoring its caller {h.function}, whose change is only its use of {used.function}, "
+            "removes the divergence"
+        )
+        mark_verified(used, "restore", how, h.verifying_diff)
+        withdraw(h, used, "only changes its use of")
+        return used
+    for c in callees:
+        if short_name(c.function) in touched:
+            h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
     return h
+
+
+def is_new(repo: Path, h: Hypothesis) -> bool:
+    """h's function did not exist before the commit suspected of it: all of its code is that commit's."""
+    try:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    except GitError:
+        return False
+    return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def only_use_changed(before: str, after: str, name: str) -> bool:
+    """Every line the edit before -> after takes out of `before` names `name`: the edit changes
+    nothing but how the function uses it."""
+    removed = [line[1:] for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line.startswith("- ")]
+    return bool(removed) and all(name in line for line in removed)
 
 
 def breaks_contract(h: Hypothesis) -> bool:
@@ -213,7 +241,9 @@ def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
     caller.verified, caller.verified_by, caller.verifying_diff = False, None, ""
     caller.score -= WEIGHTS["verified"]
     caller.evidence = [e for e in caller.evidence if not e.startswith("verified: ")]
-    why = "whose own edit removes it" if callee.verified else "which breaks its contract on its own inputs"
+    why = "which breaks its contract on its own inputs" if breaks_contract(callee) else "whose own edit removes it"
+    if relation.startswith("only"):
+        why = "so the restore takes the callee's code off the path"
     caller.evidence.insert(
         0,
         f"an edit of it removes the divergence, but it {relation} {callee.function}, {why}: "
@@ -236,6 +266,10 @@ def call_names(source: str) -> list[tuple[str, str]]:
             continue
         name = func.child_by_field_name("attribute") if func.type == "attribute" else func
         if name is not None and name.type == "identifier":
+            out.append((fn.text(name), fn.text(node)))
+    for node in fn.walk("attribute"):  # a property is used without a call: `cfg.attn_scale`
+        name = node.child_by_field_name("attribute")
+        if name is not None and node.parent is not None and node.parent.type != "call":
             out.append((fn.text(name), fn.text(node)))
     return out
 

@@ -117,3 +117,13 @@ def test_touched_calls_names_the_calls_an_edit_removed_or_changed():
     assert touched_calls(before, "def f(x):\n    y = g(x + 1) + self.h(x)\n    return k(y)\n") == {"g"}
     assert touched_calls(before, "def f(x):\n    y = self.h(x)\n    return k(y)\n") == {"g"}
     assert touched_calls(before, before.replace("return k(y)", "return k(y) * 2")) == set()
+
+
+def test_only_use_changed_tells_a_switch_to_a_callee_from_other_edits():
+    from tools.hypotheses.verify import only_use_changed, touched_calls
+
+    before = "def f(cfg, d):\n    s = g(d)\n    return h(d, cfg.scale)\n"
+    restored = "def f(cfg, d):\n    s = g(d)\n    return h(d, d ** -0.5)\n"
+    assert touched_calls(before, restored) == {"h", "scale"}  # a property is used without a call
+    assert only_use_changed(before, restored, "scale")
+    assert not only_use_changed(before, restored.replace("g(d)", "g(d + 1)"), "scale")
