@@ -18,6 +18,7 @@ from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
 NORM = "tinyserve/ops/norm.py"
+LLAMA = "tinyserve/models/llama.py"
 slow = pytest.mark.slow
 FAST_CELL = ("llama", "float32", EVERYTHING)
 
@@ -127,3 +128,27 @@ def test_only_use_changed_tells_a_switch_to_a_callee_from_other_edits():
     assert touched_calls(before, restored) == {"h", "scale"}  # a property is used without a call
     assert only_use_changed(before, restored, "scale")
     assert not only_use_changed(before, restored.replace("g(d)", "g(d + 1)"), "scale")
+
+
+def test_a_restore_that_only_switches_a_caller_to_a_new_helper_credits_the_helper(tmp_path):
+    """Regression (the caller was credited): a commit adds a faulty helper and switches the caller to
+    it. Restoring the caller removes the divergence, but its change is only that use, and the helper
+    has no earlier version to restore: the credit goes to the helper, with the reason."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    path = repo / LLAMA
+    text = path.read_text().replace("else d ** -0.5, kernels,", "else softmax_scale(d), kernels,")
+    path.write_text(text + "\n\ndef softmax_scale(head_dim: int) -> float:\n    return (head_dim + 1) ** -0.5\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "scale helper"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller, helper = candidate(LLAMA, "LlamaAttention.__init__"), candidate(LLAMA, "softmax_scale")
+    caller.commit = helper.commit = sha
+    caller.score = 2.0
+    ranked = verify(repo, [caller, helper], repro, prober, None)
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "whose change is only its use of softmax_scale" in helper.evidence[0]
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]
