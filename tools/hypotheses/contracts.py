@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from tools.probe import sampling_ref
+from tools.probe.compare import NOISE_FLOOR, THRESHOLD, robust_ratio
 from tools.refmodels import rope as rope_ref
 
 # Relative error a correct implementation stays under, by the dtype of its output: a few
@@ -181,6 +182,132 @@ def check_mask(inputs: dict, output, _ctx: dict) -> float | None:
 def is_mask(name: str, params: tuple[str, ...]) -> bool:
     n = name.lower()
     return ("mask" in n or "visible" in n) and has(params, "q_pos", "query_pos", "qpos") and has(params, "kv_pos")
+
+
+# ---------------------------------------------------------------- attention over the paged KV cache
+#
+# The layout serving engines share (vLLM's): key/value cache [num_blocks, block_size, KVH, D]; a
+# sequence's block table maps its token position p to block table[p // block_size], offset
+# p % block_size; seq_len counts the cached tokens including this step's, and a sequence's query rows
+# are its last q_len tokens. Three call shapes: one sequence (a 1-D table and an int length), a batch
+# of single-token decodes (a table row and a length per query row), and a packed batch (query start
+# offsets). A split-KV partition returns (out, lse) over one range of key positions.
+
+
+def gather_paged(cache: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    # [NB, BS, KVH, D], [M], [N] -> [N, KVH, D]; IndexError when a position lies past the table
+    bs = cache.shape[1]
+    return cache[table[positions // bs], positions % bs]
+
+
+def attention_ref(q, k, v, q_pos, kv_pos, scale: float, window, softcap):
+    """fp64 softmax(q k^T * scale, soft-capped, causal/window-masked) v, grouped-query heads.
+    q [L, H, D], k/v [N, KVH, D], q_pos [L], kv_pos [N] -> (out [L, H, D], lse [L, H], seen [L])."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    s = torch.einsum("lhd,nhd->hln", q.double(), k) * scale
+    s = torch.tanh(s / softcap) * softcap if softcap else s
+    seen = visible_ref(q_pos[:, None], kv_pos[None, :], window)  # [L, N]
+    s = s.masked_fill(~seen, float("-inf"))
+    lse = torch.logsumexp(s, -1)  # [H, L]
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return torch.einsum("hln,nhd->lhd", p, v), lse.T, seen.any(-1)
+
+
+def paged_sequences(q_rows: int, table, lens, starts) -> list[tuple[slice, torch.Tensor, int]] | None:
+    """(query rows, block table, seq_len) per sequence, from the call's shape; None if it fits none."""
+    if isinstance(table, torch.Tensor) and table.dim() == 1 and isinstance(lens, (int, torch.Tensor)):
+        return (
+            [(slice(0, q_rows), table, int(lens))] if not isinstance(lens, torch.Tensor) or lens.numel() == 1 else None
+        )
+    if not isinstance(table, torch.Tensor) or table.dim() != 2 or not isinstance(lens, torch.Tensor):
+        return None
+    if isinstance(starts, torch.Tensor) and starts.numel() == lens.numel() + 1:
+        bounds = starts.tolist()
+        return [(slice(bounds[s], bounds[s + 1]), table[s], int(lens[s])) for s in range(lens.numel())]
+    if lens.numel() == q_rows == table.shape[0]:
+        return [(slice(s, s + 1), table[s], int(lens[s])) for s in range(q_rows)]
+    return None
+
+
+def kv_range(inputs: dict) -> tuple[int, int] | None:
+    """The key positions [start, end) a split-KV partition covers, from its integer parameters."""
+    ints = {k.lower(): v for k, v in inputs.items() if isinstance(v, int) and not isinstance(v, bool)}
+    start = next((v for k, v in ints.items() if k in ("p0", "start", "begin", "kv_start", "partition_start")), None)
+    size = next((v for k, v in ints.items() if k in ("part", "partition", "partition_size", "size")), None)
+    end = next((v for k, v in ints.items() if k in ("end", "stop", "kv_end", "partition_end")), None)
+    if start is None:
+        return None
+    if end is not None:
+        return start, end
+    return (start, start + size) if size is not None else None
+
+
+def check_paged_attention(inputs: dict, output, _ctx: dict) -> float | None:
+    """The robust error ratio (tools.probe.compare) of the output against fp64 attention recomputed
+    from the recorded query, cache and block table: ~1 for a correct kernel, THRESHOLD is the bar."""
+    q = next((v for k, v in inputs.items() if k.lower() in ("q", "query", "queries")), None)
+    k_cache, v_cache = param(inputs, "key_cache", "k_cache"), param(inputs, "value_cache", "v_cache")
+    if not (isinstance(q, torch.Tensor) and isinstance(k_cache, torch.Tensor) and isinstance(v_cache, torch.Tensor)):
+        return None
+    if k_cache.dim() != 4:
+        return None
+    partial = isinstance(output, (tuple, list))
+    span = kv_range(inputs)
+    out, lse = (output[0], output[1]) if partial and len(output) == 2 else (output, None)
+    if not isinstance(out, torch.Tensor) or out.numel() != q.numel() or (partial and span is None):
+        return None
+    d = k_cache.shape[-1]
+    q, got = q.reshape(q.shape[0], -1, d), out.reshape(q.shape[0], -1, d)  # [R, H, D]
+    seqs = paged_sequences(
+        q.shape[0],
+        param(inputs, "block_table"),
+        param(inputs, "seq_len", "context_len"),
+        param(inputs, "query_start", "cu_seqlens_q", "cu_seq_lens_q"),
+    )
+    if seqs is None or q.shape[1] % k_cache.shape[2]:
+        return None
+    scale = param(inputs, "scale")
+    scale = float(scale) if isinstance(scale, (int, float)) else d**-0.5
+    window, softcap = param(inputs, "window"), param(inputs, "softcap", "soft_cap", "logit_cap")
+    window = window if isinstance(window, int) and not isinstance(window, bool) else None
+    softcap = float(softcap) if isinstance(softcap, (int, float)) else None
+    want, want_lse, seen = (
+        torch.zeros(q.shape, dtype=torch.float64),
+        torch.zeros(q.shape[:2], dtype=torch.float64),
+        torch.zeros(q.shape[0], dtype=torch.bool),
+    )
+    for rows, table, n in seqs:
+        lo, hi = span if span is not None else (0, n)
+        kv_pos = torch.arange(lo, max(lo, min(hi, n)))  # empty: a partition past a short sequence
+        q_pos = torch.arange(n - (rows.stop - rows.start), n)
+        k, v = gather_paged(k_cache, table, kv_pos), gather_paged(v_cache, table, kv_pos)
+        want[rows], want_lse[rows], seen[rows] = attention_ref(q[rows], k, v, q_pos, kv_pos, scale, window, softcap)
+    return attention_ratio(got, want, seen, lse, want_lse)
+
+
+def attention_ratio(got, want, seen, lse, want_lse) -> float | None:
+    # [R, H, D] x2, [R] rows with a visible key, [R, H] x2 (lse optional) -> worst row's ratio
+    if not seen.any():
+        return None
+    t, y = got[seen].flatten(1).double(), want[seen].flatten(1)
+    floor = NOISE_FLOOR.get(str(got.dtype).removeprefix("torch."), NOISE_FLOOR["float32"])
+    ratio = float(robust_ratio(t, y.to(got.dtype).double(), y, floor)[0].max())
+    if isinstance(lse, torch.Tensor) and lse.numel() == want_lse.numel():
+        lse_floor = NOISE_FLOOR.get(str(lse.dtype).removeprefix("torch."), NOISE_FLOOR["float32"])
+        lse_err = (lse.reshape(want_lse.shape)[seen].double() - want_lse[seen]).abs().max()
+        ratio = max(ratio, float(lse_err) / lse_floor)
+    return ratio
+
+
+def is_paged_attention(_name: str, params: tuple[str, ...]) -> bool:
+    query = any(p.lower() in ("q", "query", "queries") for p in params)
+    return (
+        query
+        and has(params, "key_cache", "k_cache")
+        and has(params, "value_cache", "v_cache")
+        and has(params, "block_table")
+    )
 
 
 # ---------------------------------------------------------------- rotary embedding
@@ -388,6 +515,14 @@ CONTRACTS: list[Contract] = [
         "attention-mask", "attention", "key visible iff kv <= q and kv > q - window", is_mask, check_mask, fixed(0.0)
     ),
     Contract(
+        "paged-attention",
+        "attention",
+        "softmax(q k^T * scale, capped, causal/window mask) v over the block table's keys",
+        is_paged_attention,
+        check_paged_attention,
+        fixed(THRESHOLD),
+    ),
+    Contract(
         "rope-base-frequencies", "rotary", "theta ** (-2i / dim)", is_base_inv_freq, check_base_inv_freq, fixed(2e-5)
     ),
     Contract(
@@ -476,6 +611,7 @@ def judge(calls, context: dict) -> list[dict]:
         v = verdicts.setdefault(call.function, new_verdict(call, contract, tol))
         v["calls"] += 1
         v["callees"] = sorted(set(v["callees"]) | set(getattr(call, "callees", ())))
+        v["settings"] = sorted(set(v["settings"]) | set(settings(call.inputs)))
         v["max_violation"] = max(v["max_violation"], size)
         if size > tol:
             v["violations"] += 1
@@ -497,7 +633,18 @@ def new_verdict(call, contract: Contract, tol: float) -> dict:
         "first_violation": None,
         "parent": call.parent,
         "callees": [],
+        "settings": [],
     }
+
+
+# Scalar parameters that count a size or an index, not a setting of the computation.
+NOT_SETTINGS = ("len", "size", "num", "idx", "index", "start", "end", "part", "max", "min_", "step", "pos")
+
+
+def settings(inputs: dict) -> list[str]:
+    """The call's settings: scalar (or unset) parameters such as a window, a scale or a cap."""
+    scalar = [k for k, v in inputs.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))]
+    return [k for k in scalar if len(k) >= 4 and not any(w in k.lower() for w in NOT_SETTINGS)]
 
 
 def sampling_context(scenario) -> dict:

@@ -56,6 +56,15 @@ class Fn:
             stack.extend(reversed(node.children))
 
 
+def field(node: ts.Node, name: str) -> ts.Node:
+    """A field the grammar always gives this node type (a call's `function`, an operator's `left`);
+    tree-sitter's types leave every field optional."""
+    found = node.child_by_field_name(name)
+    if found is None:
+        raise LookupError(f"a {node.type} node without `{name}`")
+    return found
+
+
 @functools.cache
 def _parser() -> ts.Parser:
     import tree_sitter_python
@@ -100,7 +109,7 @@ def off_by_one(fn: Fn) -> list[Edit]:
             edits += [fn.edit("off-by-one", bound, alt, f"`{text}` -> `{alt}`") for alt in alternatives]
     for node in fn.walk("binary_operator"):
         if _plus_minus_one(fn, node):
-            left = fn.text(node.child_by_field_name("left"))
+            left = fn.text(field(node, "left"))
             edits.append(fn.edit("off-by-one", node, left, f"`{fn.text(node)}` -> `{left}`"))
     return edits
 
@@ -108,7 +117,7 @@ def off_by_one(fn: Fn) -> list[Edit]:
 def _plus_minus_one(fn: Fn, node: ts.Node) -> bool:
     if node.type != "binary_operator":
         return False
-    op, right = node.child_by_field_name("operator"), node.child_by_field_name("right")
+    op, right = field(node, "operator"), field(node, "right")
     return op.type in ("+", "-") and right.type == "integer" and fn.text(right) == "1"
 
 
@@ -119,8 +128,8 @@ def _bounds(fn: Fn, node: ts.Node) -> list[ts.Node]:
     if node.type == "subscript":
         subs = node.children_by_field_name("subscript")
         return [s for s in subs if s.type in ("integer", "identifier", "binary_operator", "unary_operator")]
-    if node.type == "call" and fn.text(node.child_by_field_name("function")) == "range":
-        args = [a for a in node.child_by_field_name("arguments").named_children if a.type != "keyword_argument"]
+    if node.type == "call" and fn.text(field(node, "function")) == "range":
+        args = [a for a in field(node, "arguments").named_children if a.type != "keyword_argument"]
         return args[:2] if len(args) >= 2 else args
     return []
 
@@ -147,10 +156,10 @@ def upcast(fn: Fn) -> list[Edit]:
     """The tensor an exp/pow/norm/softmax reads up-cast to fp32, the statement's result cast back."""
     edits = []
     for node in fn.walk("call"):
-        func = node.child_by_field_name("function")
-        if func.type != "attribute" or fn.text(func.child_by_field_name("attribute")) not in UPCAST_OPS:
+        func = field(node, "function")
+        if func.type != "attribute" or fn.text(field(func, "attribute")) not in UPCAST_OPS:
             continue
-        receiver = func.child_by_field_name("object")
+        receiver = field(func, "object")
         operand = receiver if fn.text(receiver) not in ("torch", "F", "torch.nn.functional") else _first_arg(node)
         if operand is None or fn.text(operand).endswith(".float()"):
             continue
@@ -160,13 +169,13 @@ def upcast(fn: Fn) -> list[Edit]:
         before = fn.text(operand)
         inner = _replace_within(fn, statement, operand, f"{_paren(operand, before)}.float()")
         cast = f"({inner}).to({_paren(operand, before)}.dtype)"
-        desc = f"up-cast `{before}` to fp32 before `{fn.text(func.child_by_field_name('attribute'))}`, cast back"
+        desc = f"up-cast `{before}` to fp32 before `{fn.text(field(func, 'attribute'))}`, cast back"
         edits.append(fn.edit("upcast", statement, cast, desc))
     return edits
 
 
 def _first_arg(call: ts.Node) -> ts.Node | None:
-    args = [a for a in call.child_by_field_name("arguments").named_children if a.type != "keyword_argument"]
+    args = [a for a in field(call, "arguments").named_children if a.type != "keyword_argument"]
     return args[0] if args else None
 
 
@@ -194,12 +203,12 @@ def sign(fn: Fn) -> list[Edit]:
     """A negated term un-negated, `a - b` <-> `a + b`, `a * b` <-> `a / b` for a scalar-looking b."""
     edits = []
     for node in fn.walk("unary_operator"):
-        if node.child_by_field_name("operator").type == "-":
-            arg = fn.text(node.child_by_field_name("argument"))
-            if node.child_by_field_name("argument").type not in ("integer", "float"):
+        if field(node, "operator").type == "-":
+            arg = fn.text(field(node, "argument"))
+            if field(node, "argument").type not in ("integer", "float"):
                 edits.append(fn.edit("sign", node, arg, f"`{fn.text(node)}` -> `{arg}`"))
     for node in fn.walk("binary_operator", "augmented_assignment"):
-        op = node.child_by_field_name("operator")
+        op = field(node, "operator")
         swap = {"-": "+", "+": "-", "-=": "+=", "+=": "-=", "*": "/", "/": "*", "*=": "/=", "/=": "*="}.get(op.type)
         if swap is None or (op.type.startswith("+") and _is_string_concat(fn, node)):
             continue
@@ -215,7 +224,7 @@ def swapped_arguments(fn: Fn) -> list[Edit]:
     """Two neighbouring positional arguments of a call exchanged."""
     edits = []
     for node in fn.walk("call"):
-        args = node.child_by_field_name("arguments")
+        args = field(node, "arguments")
         if args.type != "argument_list":
             continue
         positional = [a for a in args.named_children if a.type not in ("keyword_argument", "comment")]
@@ -225,7 +234,7 @@ def swapped_arguments(fn: Fn) -> list[Edit]:
                 continue
             span = fn.data[a.start_byte - fn.shift : b.end_byte - fn.shift].decode()
             swapped = fn.text(b) + span[len(fn.text(a)) : len(span) - len(fn.text(b))] + fn.text(a)
-            call = fn.text(node.child_by_field_name("function"))
+            call = fn.text(field(node, "function"))
             edit = Edit(
                 "swapped-arguments",
                 f"`{call}(…)`: `{fn.text(a)}` <-> `{fn.text(b)}`",
@@ -279,7 +288,7 @@ def wrong_default(fn: Fn) -> list[Edit]:
 def dropped_term(fn: Fn) -> list[Edit]:
     """A parameter the body never reads (a residual, bias, offset) added back to the returned value."""
     params = _parameter_names(fn)
-    body = fn.root.child_by_field_name("body")
+    body = field(fn.root, "body")
     used = {fn.text(n) for n in Fn(fn.data, body, fn.shift).walk("identifier")}
     unused = [p for p in params if p not in used and p not in ("self", "cls")]
     edits = []
@@ -294,7 +303,7 @@ def dropped_term(fn: Fn) -> list[Edit]:
 
 
 def _parameter_names(fn: Fn) -> list[str]:
-    params = fn.root.child_by_field_name("parameters")
+    params = field(fn.root, "parameters")
     names = []
     for p in params.named_children:
         ident = p if p.type == "identifier" else next((c for c in p.named_children if c.type == "identifier"), None)
@@ -336,6 +345,14 @@ COMPONENT_TEMPLATES = {
 DEFAULT_ORDER = tuple(TEMPLATES)
 
 
+def proposals(template: Callable[[Fn], list[Edit]], fn: Fn) -> list[Edit]:
+    """A template's edits; none where the tree lacks a field the grammar promises (a parse of odd code)."""
+    try:
+        return template(fn)
+    except LookupError:
+        return []
+
+
 def fixes(source: str, component: str | None = None, templates: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
     """`source` (one function) -> [(description, new source)], one edit each, most plausible first.
 
@@ -346,7 +363,7 @@ def fixes(source: str, component: str | None = None, templates: tuple[str, ...] 
         return []
     names = templates or COMPONENT_TEMPLATES.get(component or "", DEFAULT_ORDER)
     names = tuple(names) + tuple(t for t in DEFAULT_ORDER if t not in names and templates is None)
-    queues = [TEMPLATES[name](fn) for name in names]
+    queues = [proposals(TEMPLATES[name], fn) for name in names]
     out, seen = [], {source}
     for turn in range(max((len(q) for q in queues), default=0)):
         for queue in queues:

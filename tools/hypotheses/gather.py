@@ -99,7 +99,7 @@ def gather(
     _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
     if culprit is None:
         if prober is not None:
-            _add_contract_evidence(cands, index, repro, drill, prober, repo)
+            _add_contract_evidence(cands, index, repro, drill, prober, repo, failing)
         _add_recent_changes(cands, repo, index, failing)
     return [to_hypothesis(c, drill, repro) for c in cands.values() if c.score > 0]
 
@@ -203,10 +203,13 @@ def function_verdicts(repro: Reproduction, prober: Prober, repo: Path) -> list[d
         return []
 
 
-def _add_contract_evidence(cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path) -> None:
+def _add_contract_evidence(
+    cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path, failing: set[str] | None = None
+) -> None:
     """No history to point at: the function that computes the wrong thing from its own inputs is the
     candidate; the earliest such one in the divergent component first, its callers behind it."""
     verdicts = function_verdicts(repro, prober, repo)
+    _add_setting_evidence(cands, index, verdicts, drill, failing)
     broken = [v for v in verdicts if v["violations"]]
     broken_names = {v["function"] for v in broken}
     rank = 0
@@ -226,6 +229,30 @@ def _add_contract_evidence(cands, index, repro: Reproduction, drill: DrillDown, 
         if not v["violations"] and sym is not None and (sym.file, sym.qualname) in cands:
             cands[(sym.file, sym.qualname)].add(
                 "contract_ok", f"keeps its contract ({v['rule']}) on {v['calls']} calls"
+            )
+
+
+def _add_setting_evidence(cands, index, verdicts: list[dict], drill: DrillDown, failing: set[str] | None) -> None:
+    """The component diverges, yet every function of it that was judged computes its role right on
+    the inputs it was given: then what it was given is wrong. A function named after one of its
+    settings (a per-layer window, a scale, a cap) is where such a value comes from."""
+    here = [v for v in verdicts if v["component"] == drill.component]
+    if not here or any(v["violations"] for v in here):
+        return
+    given = {s: v for v in here for s in v.get("settings", [])}
+    judged = {v["function"] for v in verdicts}
+    for sym in index_functions(index):
+        key = f"{sym.file}:{sym.qualname}"
+        if key in judged or (failing is not None and key not in failing):
+            continue
+        name = sym.qualname.rsplit(".", 1)[-1].lower()
+        setting = next((s for s in sorted(given) if s.lower() in name), None)
+        if setting is not None:
+            v = given[setting]
+            _get(cands, sym).add(
+                "setting",
+                f"named after `{setting}`, given to {v['function'].split(':')[-1]}, which keeps its contract "
+                f"({v['contract']}) while {drill.component} diverges: the value it is given may be wrong",
             )
 
 

@@ -25,6 +25,7 @@ WEIGHTS = {
     "contract": 10.0,  # breaks its own contract on its recorded inputs (tools.hypotheses.contracts)
     "contract_caller": 1.0,  # breaks it only where a callee that breaks it too is involved
     "contract_ok": -1.5,  # keeps its contract on every recorded call
+    "setting": 3.0,  # named after a setting given to functions that keep their contracts where it diverges
 }
 
 CATEGORY_OF_COMPONENT = {

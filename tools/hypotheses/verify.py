@@ -7,6 +7,7 @@ an LLM proposes) and re-probe. The divergence vanishing, with no new one, verifi
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tools.history.gitrepo import (
     temporary_worktree,
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
-from tools.hypotheses.fixes import fixes
+from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
@@ -36,18 +37,21 @@ def verify(
     ordered = rank(cands, top=len(cands))
     untestable = []
     for h in [h for h in ordered if h.commit][:top]:
-        outcome = revert_and_probe(repo, h, repro, prober)
+        outcome, before, after = revert_and_probe(repo, h, repro, prober)
+        commit = (h.commit or "")[:10]
         if outcome is True:
-            mark_verified(h, "restore", f"reverting {h.function}'s change in {h.commit[:10]} removes the divergence")
+            how = f"reverting {h.function}'s change in {commit} removes the divergence"
+            mark_verified(h, "restore", how, function_diff(h.file, before, after))
+            prefer_callee(repo, h, before, after, ordered, repro, prober, touched_only=True)
             return rank(ordered)
         if outcome is False:
             h.score += WEIGHTS["refuted"]
-            h.evidence.append(f"reverting {h.function}'s change in {h.commit[:10]} leaves the divergence")
+            h.evidence.append(f"reverting {h.function}'s change in {commit} leaves the divergence")
         else:
             untestable.append(h)
     # a function pushed below zero (it never ran in the failing scenario) cannot be fixed by an edit
     no_history = [h for h in ordered if (not h.commit or h in untestable) and h.score >= 0][:top]
-    verify_by_fixes(repo, no_history, repro, prober)
+    verify_by_fixes(repo, no_history, repro, prober, suspects=ordered)
     return rank(ordered)
 
 
@@ -57,20 +61,22 @@ def mark_verified(h: Hypothesis, by: str, how: str, diff: str = "") -> None:
     h.evidence.insert(0, f"verified: {how}")
 
 
-def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> bool | None:
-    """True: divergence gone once the function is restored to its version before h.commit;
-    False: still there; None: could not test (new function, no parent, engine crash)."""
+def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> tuple[bool | None, str, str]:
+    """(outcome, current text, restored text). Outcome True: divergence gone once the function is
+    restored to its version before h.commit; False: still there; None: could not test (new function,
+    no parent, engine crash)."""
     try:
         old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
         before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
         if before is None:
-            return None
+            return None, "", ""
         with temporary_worktree(repo, "HEAD") as tree:
-            if not restore_function(tree, h.file, h.function, old.read(before)):
-                return None
-            return not prober.probe(repro.scenario, tree).diverged
+            current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
+            if not restore_function(tree, h.file, h.function, restored):
+                return None, current, restored
+            return not prober.probe(repro.scenario, tree).diverged, current, restored
     except (GitError, PatchConflict, EngineRunError):
-        return None
+        return None, "", ""
 
 
 def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:
@@ -101,6 +107,8 @@ class FixOutcome:
     description: str = ""  # the edit that removed the divergence
     diff: str = ""
     failed: str = ""  # why the patch could not be tried at all
+    before: str = ""  # the function as it stands, and as the verifying edit left it
+    after: str = ""
 
 
 def verify_by_fixes(
@@ -110,11 +118,13 @@ def verify_by_fixes(
     prober: Prober,
     budget: int = FIX_PROBES_PER_CASE,
     per_function: int = FIX_PROBES_PER_FUNCTION,
+    suspects: list[Hypothesis] | None = None,
 ) -> int:
     """Template fixes for candidates with no previous version, best first, until one verifies or
     `budget` probes are spent. Returns the probes run. Nothing runs unless the failing scenario
-    diverges: on a tree that already agrees there is nothing a fix could remove."""
-    if not diverges(repro):
+    diverges: on a tree that already agrees there is nothing a fix could remove. With `suspects`,
+    a verified function that calls one of them hands the credit to it if it verifies too."""
+    if not diverges(repro) or repro.probe is None:
         return 0
     component = tapnames.component(repro.probe.first.tap) if repro.probe.first else None
     spent = 0
@@ -128,12 +138,168 @@ def verify_by_fixes(
         if outcome.verified:
             how = f"the fix `{outcome.description}` removes the divergence (edit {outcome.probes} tried on it)"
             mark_verified(h, "fix-template", how, outcome.diff)
+            if suspects:
+                prefer_callee(repo, h, outcome.before, outcome.after, suspects, repro, prober, touched_only=False)
             break
         if outcome.probes:
             h.evidence.append(
                 f"{outcome.probes} fix template edit(s) of {h.function} tried; none removes the divergence"
             )
     return spent
+
+
+# ---- the function that holds the fault, not a caller that routes around it ----------------------
+
+CALLEES_TRIED = 2  # callees of a verified function given their own verification
+
+
+def prefer_callee(
+    repo: Path,
+    h: Hypothesis,
+    before: str,
+    after: str,
+    suspects: list[Hypothesis],
+    repro: Reproduction,
+    prober: Prober,
+    touched_only: bool,
+) -> Hypothesis:
+    """A verified caller may only route around its faulty callee: a restore that drops the call, an
+    edit that changes its arguments or sends the work down another path. Suspects it calls (the
+    calls its edit removed or changed first; with `touched_only`, only those; also their callees)
+    are verified on their own, and the first that verifies takes the credit: the fault is where the
+    smallest verifying edit is. Failing that, a callee that breaks its contract takes it, and so does
+    one the suspected commit created when the caller's restore changes nothing but its use of it.
+    Returns the hypothesis that keeps it."""
+    touched = touched_calls(before, after)
+    reach = set(touched) if touched_only else reachable_calls(repo, before)
+    order = {name: 0 if name in touched else 1 for name in reach}
+    callees = sorted(
+        (c for c in suspects if c is not h and not c.verified and c.score >= 0 and short_name(c.function) in reach),
+        key=lambda c: (order[short_name(c.function)], not breaks_contract(c)),
+    )[:CALLEES_TRIED]
+    for c in callees:
+        if verify_alone(repo, c, repro, prober, templates=not touched_only):
+            withdraw(h, c, "drops or changes its call to" if short_name(c.function) in touched else "calls")
+            return c
+    broken = next((c for c in callees if breaks_contract(c)), None)
+    if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
+        withdraw(h, broken, "reaches")
+        return broken
+    used = next((c for c in callees if only_use_changed(before, after, short_name(c.function))), None)
+    if touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
+        how = (
+            f"restoring its caller {h.function}, whose change is only its use of {used.function}, "
+            "removes the divergence"
+        )
+        mark_verified(used, "restore", how, h.verifying_diff)
+        withdraw(h, used, "only changes its use of")
+        return used
+    for c in callees:
+        if short_name(c.function) in touched:
+            h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
+    return h
+
+
+def is_new(repo: Path, h: Hypothesis) -> bool:
+    """h's function did not exist before the commit suspected of it: all of its code is that commit's."""
+    try:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    except GitError:
+        return False
+    return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def only_use_changed(before: str, after: str, name: str) -> bool:
+    """Every line the edit before -> after takes out of `before` names `name`: the edit changes
+    nothing but how the function uses it."""
+    removed = [line[1:] for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line.startswith("- ")]
+    return bool(removed) and all(name in line for line in removed)
+
+
+def breaks_contract(h: Hypothesis) -> bool:
+    """Its recorded calls broke its role's contract on their own inputs (tools.hypotheses.gather)."""
+    return any(e.startswith("contract: ") for e in h.evidence)
+
+
+def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober, templates: bool) -> bool:
+    """Restore c's previous version if it has one, else (with `templates`) its fix templates; no
+    further callee search. A restored caller is weighed against restores only: the same footing."""
+    if c.commit:
+        outcome, before, after = revert_and_probe(repo, c, repro, prober)
+        if outcome is True:
+            how = f"reverting {c.function}'s change in {c.commit[:10]} removes the divergence"
+            mark_verified(c, "restore", how, function_diff(c.file, before, after))
+            return True
+    if templates:
+        verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
+    return c.verified
+
+
+def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
+    """The caller's verification is withdrawn in favour of the callee: verified on its own edit, or
+    breaking its contract on its own inputs."""
+    caller.verified, caller.verified_by, caller.verifying_diff = False, None, ""
+    caller.score -= WEIGHTS["verified"]
+    caller.evidence = [e for e in caller.evidence if not e.startswith("verified: ")]
+    why = "which breaks its contract on its own inputs" if breaks_contract(callee) else "whose own edit removes it"
+    if relation.startswith("only"):
+        why = "so the restore takes the callee's code off the path"
+    caller.evidence.insert(
+        0,
+        f"an edit of it removes the divergence, but it {relation} {callee.function}, {why}: "
+        "credited to the callee, where the fault is",
+    )
+    callee.evidence.append(
+        f"its caller {caller.function} verifies by an edit that avoids this function; the fault is credited here"
+    )
+
+
+def call_names(source: str) -> list[tuple[str, str]]:
+    """(called name, call text) for every call in a function's source: `self.f(x)` is named `f`."""
+    fn = parse_function(source) if source else None
+    if fn is None:
+        return []
+    out = []
+    for node in fn.walk("call"):
+        func = node.child_by_field_name("function")
+        if func is None:
+            continue
+        name = func.child_by_field_name("attribute") if func.type == "attribute" else func
+        if name is not None and name.type == "identifier":
+            out.append((fn.text(name), fn.text(node)))
+    for node in fn.walk("attribute"):  # a property is used without a call: `cfg.attn_scale`
+        name = node.child_by_field_name("attribute")
+        if name is not None and node.parent is not None and node.parent.type != "call":
+            out.append((fn.text(name), fn.text(node)))
+    return out
+
+
+def touched_calls(before: str, after: str) -> set[str]:
+    """Names whose calls the edit before -> after removed or changed (a call text no longer there)."""
+    remaining = Counter(text for _, text in call_names(after))
+    touched = set()
+    for name, text in call_names(before):
+        if remaining[text]:
+            remaining[text] -= 1
+        else:
+            touched.add(name)
+    return touched
+
+
+def reachable_calls(repo: Path, source: str, depth: int = 2) -> set[str]:
+    """Names called by `source` and by the functions of the tree it calls, `depth` levels down."""
+    index = open_index(repo, include_tests=False)
+    names = {name for name, _ in call_names(source)}
+    frontier = set(names)
+    for _ in range(depth - 1):
+        called = {c for n in frontier for sym in index.find(n) if sym.kind != "class" for c in index.callees(sym)}
+        frontier = called - names
+        names |= called
+    return names
+
+
+def short_name(qualname: str) -> str:
+    return qualname.rsplit(".", 1)[-1]
 
 
 def diverges(repro: Reproduction) -> bool:
@@ -153,7 +319,7 @@ def try_edits(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober, pr
             for description, new in propose(current)[:limit]:
                 probes += 1
                 if fixed_by(tree, h, new, repro, prober):
-                    return FixOutcome(True, probes, description, function_diff(h.file, current, new))
+                    return FixOutcome(True, probes, description, function_diff(h.file, current, new), "", current, new)
             return FixOutcome(False, probes)
     except GitError as e:
         return FixOutcome(False, 0, failed=str(e))

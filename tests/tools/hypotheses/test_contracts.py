@@ -181,3 +181,109 @@ def test_a_call_that_does_not_fit_its_role_is_not_judged():
         {},
     )
     assert verdicts == []
+
+
+# ---- attention over a paged KV cache: a small kernel in the shared layout, right and with the
+# decode query position one past the token (the split-KV slip), judged from its own inputs.
+
+BS, KVH, GROUP, D = 4, 2, 2, 8
+
+
+def paged_cache(lens: list[int], dtype=torch.float32):
+    """A cache [NB, BS, KVH, D] whose sequences own shuffled blocks; tables [B, M]."""
+    per_seq = [-(-n // BS) for n in lens]
+    order = torch.randperm(sum(per_seq) + 2)[: sum(per_seq)]
+    tables = torch.zeros(len(lens), max(per_seq), dtype=torch.long)
+    at = 0
+    for s, m in enumerate(per_seq):
+        tables[s, :m], at = order[at : at + m], at + m
+    shape = (sum(per_seq) + 2, BS, KVH, D)
+    return torch.randn(shape).to(dtype), torch.randn(shape).to(dtype), tables
+
+
+def decode_kernel(
+    q, key_cache, value_cache, block_tables, seq_lens, scale, sliding_window, p0=0, part=None, position_slip=0
+):  # q [B, H, D] -> [B, H, D] (or (out, lse) over keys [p0, p0 + part))
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        n = int(seq_lens[b])
+        pos = torch.arange(p0, max(p0, min(n, p0 + part)) if part else n)
+        k = key_cache[block_tables[b][pos // BS], pos % BS].float().repeat_interleave(GROUP, 1)
+        v = value_cache[block_tables[b][pos // BS], pos % BS].float().repeat_interleave(GROUP, 1)
+        s = torch.einsum("hd,nhd->hn", q[b].float(), k) * scale
+        q_pos = n - 1 + position_slip
+        s = s.masked_fill(~((pos <= q_pos) & (pos > q_pos - (sliding_window or 10**9))), float("-inf"))
+        lses.append(torch.logsumexp(s, -1))
+        outs.append(torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v))
+    out = torch.stack(outs).to(q.dtype)
+    return (out, torch.stack(lses)) if part else out
+
+
+def judge_decode(dtype, **kernel):
+    lens = [13, 7, 16]
+    kc, vc, tables = paged_cache(lens, dtype)
+    q = torch.randn(3, KVH * GROUP, D).to(dtype)
+    inputs = {
+        "q": q,
+        "key_cache": kc,
+        "value_cache": vc,
+        "block_tables": tables,
+        "seq_lens": torch.tensor(lens),
+        "scale": D**-0.5,
+        "sliding_window": 6,
+    }
+    extra = {k: kernel[k] for k in ("p0", "part") if k in kernel}
+    name = "decode_partition" if extra else "paged_attention_decode"
+    return judge_one(name, tuple(inputs) + tuple(extra), {**inputs, **extra}, decode_kernel(**inputs, **kernel))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_attention_kept_by_a_correct_kernel_and_broken_by_a_query_position_slip(dtype):
+    contract, size, tol = judge_decode(dtype)
+    assert contract.name == "paged-attention" and size < tol / 4
+    assert judge_decode(dtype, position_slip=1)[1] > 10 * tol
+
+
+def test_a_split_kv_partition_is_judged_over_its_own_key_range():
+    assert judge_decode(torch.float32, p0=8, part=8)[1] < 1.0
+    assert judge_decode(torch.float32, p0=8, part=8, position_slip=1)[1] > 10 * c.THRESHOLD
+    kc, vc, tables = paged_cache([9])
+    inputs = {"q": torch.randn(1, 4, D), "key_cache": kc, "value_cache": vc, "block_tables": tables}
+    partial = (torch.randn(1, 4, D), torch.randn(1, 4))  # a partial result with no readable key range
+    assert c.check_paged_attention({**inputs, "seq_lens": torch.tensor([9]), "chunk": 3}, partial, {}) is None
+
+
+def test_packed_prefill_rows_sit_at_the_end_of_their_sequence():
+    lens, q_lens = [10, 6], [4, 6]
+    kc, vc, tables = paged_cache(lens)
+    q = torch.randn(sum(q_lens), KVH * GROUP, D)
+    starts = torch.tensor([0, 4, 10])
+    want = torch.cat(
+        [
+            c.attention_ref(
+                q[a:b],
+                c.gather_paged(kc, tables[s], torch.arange(n)),
+                c.gather_paged(vc, tables[s], torch.arange(n)),
+                torch.arange(n - (b - a), n),
+                torch.arange(n),
+                D**-0.5,
+                None,
+                None,
+            )[0]
+            for s, (a, b, n) in enumerate([(0, 4, 10), (4, 10, 6)])
+        ]
+    ).float()
+    inputs = {
+        "query": q,
+        "key_cache": kc,
+        "value_cache": vc,
+        "query_start_loc": starts,
+        "seq_lens": torch.tensor(lens),
+        "block_tables": tables,
+        "scale": D**-0.5,
+    }
+    assert judge_one("paged_attention", tuple(inputs), inputs, want)[1] < 1.0
+    shifted = want.clone()
+    shifted[4:10] = want[4:10].roll(1, 0)  # rows of the second sequence one position off
+    assert judge_one("paged_attention", tuple(inputs), inputs, shifted)[1] > 10 * c.THRESHOLD
+    assert c.contract_for("write_to_kv_cache", ("key", "value", "key_cache", "value_cache", "slot_mapping")) is None

@@ -59,6 +59,7 @@ COMMON = {
     "rms-norm",
     "softcap",
     "attention-mask",
+    "paged-attention",
     "rope-frequencies",
     "rope-cos-sin",
     "rope-rotation",
@@ -88,3 +89,14 @@ def test_bug_free_tinyserve_keeps_the_scaled_rope_and_int8_contracts():
     rope = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}}
     found = verdicts(scenario("llama", "float32", rope, {"quantization": "int8"}))
     assert_no_contract_fires(found, {"int8-quantizer", "rope-cos-sin", "rope-frequencies"})
+
+
+@pytest.mark.parametrize(
+    "arch, dtype",
+    [("llama", "bfloat16"), pytest.param("gemma2", "float32", marks=pytest.mark.slow)],
+)
+def test_bug_free_tinyserve_keeps_the_attention_contract_with_chunks_and_cached_prefixes(arch, dtype):
+    """Chunked prefill over a cached prefix: packed rows that sit past cached tokens, small blocks."""
+    options = {"enable_prefix_caching": True, "enable_chunked_prefill": True, "max_num_batched_tokens": 16}
+    found = verdicts(scenario(arch, dtype, options={**options, "block_size": 4}))
+    assert_no_contract_fires(found, {"paged-attention", "attention-mask", "top-p", "penalty"})

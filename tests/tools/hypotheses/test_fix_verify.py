@@ -9,13 +9,18 @@ from __future__ import annotations
 import pytest
 
 from tests.faults_tinyserve import ATTENTION_OPS, CAUSAL_STRICT, checkout_digest, tree_at_base
+from tests.tools.probe.test_no_false_alarms_tinyserve import EVERYTHING
+from tests.tools.probe.test_no_false_alarms_tinyserve import FULL as FULL_MATRIX
+from tests.tools.probe.test_no_false_alarms_tinyserve import scenario as matrix_scenario
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.verify import FIX_PROBES_PER_FUNCTION, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
 NORM = "tinyserve/ops/norm.py"
+LLAMA = "tinyserve/models/llama.py"
 slow = pytest.mark.slow
+FAST_CELL = ("llama", "float32", EVERYTHING)
 
 
 def scenario(arch: str = "llama", dtype: str = "float32"):
@@ -52,20 +57,21 @@ def test_a_mask_comparison_bug_at_base_is_verified_by_its_fix_template(tmp_path)
     assert checkout_digest(repo) == before  # the edits ran in a temporary worktree
 
 
+# The false-alarm matrix of the probe (tests/tools/probe/test_no_false_alarms_tinyserve.py): every
+# arch x dtype, engine features off and all on (prefix caching, chunked prefill, small blocks).
 FALSE_ALARMS = [
-    ("llama", "float32"),
-    pytest.param("llama", "bfloat16", marks=slow),
-    pytest.param("gemma2", "float32", marks=slow),
-    pytest.param("gemma2", "bfloat16", marks=slow),
+    pytest.param(arch, dtype, options, marks=[] if (arch, dtype, options) == FAST_CELL else slow)
+    for arch, dtype, options in FULL_MATRIX
 ]
 
 
-@pytest.mark.parametrize("arch,dtype", FALSE_ALARMS)
-def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_path):
+@pytest.mark.parametrize("arch,dtype,options", FALSE_ALARMS)
+def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, options, tmp_path):
     """Nothing to fix: the probe agrees before any edit, so no edit may claim to have removed a
     divergence (a no-op edit of `_softcap` would 'agree' too) and no engine runs for templates."""
     repo = tree_at_base(tmp_path / "repo", None)
-    prober, sc = Prober(), scenario(arch, dtype)
+    (repo / "notes.txt").write_text("the user's own untracked file\n")
+    prober, sc = Prober(), from_dict(matrix_scenario(arch, dtype, **options))
     probe = prober.probe(sc, repo)
     assert not probe.diverged, probe.summary
     before, runs = checkout_digest(repo), prober.engine_runs
@@ -75,3 +81,74 @@ def test_no_fix_template_verifies_anything_on_a_bug_free_tree(arch, dtype, tmp_p
         assert not any(h.verified or h.verified_by for h in checked)
     assert prober.engine_runs == runs
     assert checkout_digest(repo) == before
+
+
+# A decode-only bug at base in the split-KV merge: the partitions' weights take the wrong sign.
+MERGE_SIGN = (
+    "    weights = torch.exp(lses - lse).nan_to_num(0.0)\n",
+    "    weights = torch.exp(lses + lse).nan_to_num(0.0)\n",
+)
+
+
+def test_a_caller_that_routes_around_its_faulty_callee_hands_the_credit_to_the_callee(tmp_path):
+    """Regression: verification credited the caller. `paged_attention`'s first template edit (`>` ->
+    `>=`) sends decode rows through the prefill kernel too, which removes the divergence without
+    touching the faulty merge; the merge's own edit removes it as well and takes the credit."""
+    repo = tree_at_base(tmp_path / "repo", MERGE_SIGN)
+    (repo / "notes.txt").write_text("the user's own untracked file\n")
+    (repo / ATTENTION_OPS).write_text((repo / ATTENTION_OPS).read_text() + "# an uncommitted note\n")
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    before = checkout_digest(repo)
+    caller, merge = candidate(ATTENTION_OPS, "paged_attention"), candidate(ATTENTION_OPS, "merge_attn_partitions")
+    caller.score = 2.0  # ranked first: its edits are tried first, and one of them verifies
+    ranked = verify(repo, [caller, merge], repro, prober, None)
+    assert ranked[0] is merge and merge.verified and merge.verified_by == "fix-template"
+    assert "+    weights = torch.exp(lses - lse)" in merge.verifying_diff
+    assert not caller.verified and caller.verified_by is None and caller.verifying_diff == ""
+    assert "credited to the callee" in caller.evidence[0] and "merge_attn_partitions" in caller.evidence[0]
+    assert checkout_digest(repo) == before
+
+
+def test_touched_calls_names_the_calls_an_edit_removed_or_changed():
+    from tools.hypotheses.verify import touched_calls
+
+    before = "def f(x):\n    y = g(x) + self.h(x)\n    return k(y)\n"
+    assert touched_calls(before, "def f(x):\n    y = g(x + 1) + self.h(x)\n    return k(y)\n") == {"g"}
+    assert touched_calls(before, "def f(x):\n    y = self.h(x)\n    return k(y)\n") == {"g"}
+    assert touched_calls(before, before.replace("return k(y)", "return k(y) * 2")) == set()
+
+
+def test_only_use_changed_tells_a_switch_to_a_callee_from_other_edits():
+    from tools.hypotheses.verify import only_use_changed, touched_calls
+
+    before = "def f(cfg, d):\n    s = g(d)\n    return h(d, cfg.scale)\n"
+    restored = "def f(cfg, d):\n    s = g(d)\n    return h(d, d ** -0.5)\n"
+    assert touched_calls(before, restored) == {"h", "scale"}  # a property is used without a call
+    assert only_use_changed(before, restored, "scale")
+    assert not only_use_changed(before, restored.replace("g(d)", "g(d + 1)"), "scale")
+
+
+def test_a_restore_that_only_switches_a_caller_to_a_new_helper_credits_the_helper(tmp_path):
+    """Regression (the caller was credited): a commit adds a faulty helper and switches the caller to
+    it. Restoring the caller removes the divergence, but its change is only that use, and the helper
+    has no earlier version to restore: the credit goes to the helper, with the reason."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    path = repo / LLAMA
+    text = path.read_text().replace("else d ** -0.5, kernels,", "else softmax_scale(d), kernels,")
+    path.write_text(text + "\n\ndef softmax_scale(head_dim: int) -> float:\n    return (head_dim + 1) ** -0.5\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "scale helper"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller, helper = candidate(LLAMA, "LlamaAttention.__init__"), candidate(LLAMA, "softmax_scale")
+    caller.commit = helper.commit = sha
+    caller.score = 2.0
+    ranked = verify(repo, [caller, helper], repro, prober, None)
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "whose change is only its use of softmax_scale" in helper.evidence[0]
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]

@@ -50,3 +50,28 @@ def test_trigger_words_follow_the_trigger_and_pattern():
     drill = DrillDown("layers.0.attn.out", 0, "attention", pattern={"decode_only": True})
     words = trigger_words("prefix caching on, later requests share a prefix", drill)
     assert "hash" in words and "decode" in words
+
+
+def test_a_function_named_after_a_setting_of_kernels_that_keep_their_contract_is_a_suspect(tmp_path: Path):
+    """The component diverges but its kernel computes right on its inputs: the function that supplies
+    one of its settings (a per-layer window) is suspected; not when a kernel breaks its contract."""
+    from tools.hypotheses.gather import _add_setting_evidence
+    from tools.source.index import open_index
+
+    (tmp_path / "config.py").write_text(
+        "def sliding_windows(hf):\n    return [hf['w']] * 2\n\ndef other(x):\n    return x\n"
+    )
+    (tmp_path / "ops.py").write_text(
+        "def attend(q, key_cache, value_cache, block_table, sliding_window):\n    return q\n"
+    )
+    index = open_index(tmp_path, include_tests=False)
+    kept = {"function": "ops.py:attend", "contract": "paged-attention", "component": "attention", "violations": 0,
+            "settings": ["sliding_window"]}  # fmt: skip
+    drill = DrillDown("layers.0.attn.out", 0, "attention")
+    cands: dict = {}
+    _add_setting_evidence(cands, index, [kept], drill, {"config.py:sliding_windows", "config.py:other"})
+    assert list(cands) == [("config.py", "sliding_windows")]
+    assert "`sliding_window`" in cands[("config.py", "sliding_windows")].evidence[0]
+    cands = {}
+    _add_setting_evidence(cands, index, [{**kept, "violations": 1}], drill, None)
+    assert cands == {}
