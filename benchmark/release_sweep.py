@@ -23,7 +23,7 @@ from benchmark.releases import ReleaseError, unpack_package, wheel_path
 from tools.engines import DEFAULT_ENGINE
 from tools.engines.runner import EngineRunError
 from tools.errors import EPILOG, BadInput, run_cli, writable_dir
-from tools.preflight import adapter
+from tools.preflight import capabilities
 
 
 def sweep_release(version: str, args, prober) -> dict:
@@ -31,7 +31,7 @@ def sweep_release(version: str, args, prober) -> dict:
     from agent.check import check
     from agent.check import parse_args as check_args
 
-    package = adapter(args.engine.partition(":")[0]).package
+    package = args.package
     out = writable_dir(args.out / version)
     start = time.monotonic()
     row: dict = {"version": version}
@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     end_cleanly(False)
-    if not getattr(adapter(args.engine.partition(":")[0]), "package", None):
+    caps = capabilities(args.engine.partition(":")[0], None)  # what the installed copy declares
+    args.package = caps.package if caps is not None else ""
+    if not args.package:
         raise BadInput(f"engine {args.engine!r} names no package; its releases cannot be unpacked")
     args.out = writable_dir(args.out)
     prober, rows = Prober(), []
