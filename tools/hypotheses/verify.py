@@ -6,7 +6,9 @@ an LLM proposes) and re-probe. The divergence vanishing, with no new one, verifi
 
 from __future__ import annotations
 
+import ast
 import difflib
+import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +188,10 @@ def prefer_callee(
         withdraw(h, broken, "reaches")
         return broken
     used = next((c for c in callees if only_use_changed(before, after, short_name(c.function))), None)
-    if touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
+    dropped = dropped_inputs(before, after)
+    if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
+        h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
+    elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
         how = (
             f"restoring its caller {h.function}, whose change is only its use of {used.function}, "
             "removes the divergence"
@@ -207,6 +212,39 @@ def is_new(repo: Path, h: Hypothesis) -> bool:
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def dropped_inputs(before: str, after: str) -> list[str]:
+    """Parameters of the function that the verifying version `after` reads and `before` (the code
+    under suspicion) no longer does: an edit that stops using one of its inputs (a hash that drops
+    its parent, a scale that ignores its head size) is at fault itself, whatever helper it now calls."""
+    params = _parameters(after)
+    if not _parameters(before):  # unparsable or not a function: claim nothing
+        return []
+    return [p for p in params if p not in ("self", "cls") and _reads(after, p) and not _reads(before, p)]
+
+
+def _parameters(source: str) -> list[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None:
+        return []
+    a = fn.args
+    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+
+
+def _reads(source: str, name: str) -> bool:
+    """`name` appears in the function's body (its signature left out)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return False
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    body = fn.body if fn is not None else tree.body
+    return any(isinstance(n, ast.Name) and n.id == name for stmt in body for n in ast.walk(stmt))
 
 
 def only_use_changed(before: str, after: str, name: str) -> bool:

@@ -130,6 +130,23 @@ def test_only_use_changed_tells_a_switch_to_a_callee_from_other_edits():
     assert not only_use_changed(before, restored.replace("g(d)", "g(d + 1)"), "scale")
 
 
+def test_a_caller_that_stops_reading_an_input_keeps_the_credit_from_its_new_helper():
+    """Regression (ts-prefix-hash-chain's shape went from rank 1 to 2 when the new-helper rule came in):
+    a commit adds a correct memoized helper and switches the caller to it, dropping the parent hash
+    from what is hashed. The helper is new and the caller's change is only its use, but the caller
+    stopped reading its own parameter: the fault is the caller's."""
+    from tools.hypotheses.verify import dropped_inputs, only_use_changed
+
+    buggy = "def hash_block(prev_hash, token_ids):\n    return _hash_tuple(tuple(token_ids))\n"
+    restored = "def hash_block(prev_hash, token_ids):\n    return hash((prev_hash, tuple(token_ids)))\n"
+    assert only_use_changed(buggy, restored, "_hash_tuple")
+    assert dropped_inputs(buggy, restored) == ["prev_hash"]
+    # the switch to a faulty helper that is given the same inputs drops nothing
+    method = "    def scale(self, d):\n        return {}\n"
+    assert dropped_inputs(method.format("softmax_scale(d)"), method.format("d ** -0.5")) == []
+    assert dropped_inputs("def f(x\n", restored) == []  # unparsable text: nothing claimed
+
+
 def test_a_restore_that_only_switches_a_caller_to_a_new_helper_credits_the_helper(tmp_path):
     """Regression (the caller was credited): a commit adds a faulty helper and switches the caller to
     it. Restoring the caller removes the divergence, but its change is only that use, and the helper
