@@ -18,8 +18,15 @@ from tools.engines.runner import DIFFDX_ROOT
 SCENARIO = DIFFDX_ROOT / "benchmark" / "scenarios" / "tinyserve-batch.toml"
 
 
+def _ctrl_c_as_a_terminal_delivers_it() -> None:
+    # A job started in the background by a shell without job control inherits SIGINT ignored, and
+    # Python then never turns it into KeyboardInterrupt; a user's Ctrl-C reaches a CLI that has it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv: list[str], tmp: Path, **env) -> subprocess.Popen:
-    """A CLI in its own session, its temporary folders under `tmp` (TMPDIR) so they can be counted."""
+    """A CLI in its own session, its temporary folders under `tmp` (TMPDIR) so they can be counted,
+    with SIGINT at its default whatever this test process inherited."""
     full_env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(DIFFDX_ROOT), "OMP_NUM_THREADS": "1", **env}
     return subprocess.Popen(
         [sys.executable, "-m", *argv],
@@ -28,6 +35,7 @@ def start(argv: list[str], tmp: Path, **env) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=_ctrl_c_as_a_terminal_delivers_it,
     )
 
 
