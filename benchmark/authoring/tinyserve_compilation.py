@@ -14,10 +14,10 @@ commits on the same file. Issue prose lives in benchmark/authoring/issues/<id>.m
 
 from __future__ import annotations
 
-from benchmark.authoring.common import issue_text, repro_toml
+from benchmark.authoring.common import repro_toml
 from benchmark.authoring.patches import Step
-from benchmark.authoring.tinyserve_hard import HardCase, greedy
-from benchmark.authoring.tinyserve_stream import CONFIG, ROPE, RUNNER, Commit, history
+from benchmark.authoring.tinyserve_hard import HardCase, greedy, stream_case
+from benchmark.authoring.tinyserve_stream import CONFIG, ROPE, RUNNER, Commit
 
 SUBJECT = "tinyserve"
 COMPILATION = "tinyserve/compilation.py"
@@ -345,26 +345,11 @@ def compile_case(
     at: int,
     culprit: Commit,
 ) -> HardCase:
-    h = history(compile_inserts(at, culprit), culprit, seed=number)
     file, function, mechanism = truth
-    return HardCase(
-        subject=SUBJECT,
-        id=id,
-        issue_number=number,
-        category="compilation",
-        modeled_on=modeled_on,
-        title=title,
-        issue=issue_text(id),
-        repro=repro,
-        truth_file=file,
-        truth_function=function,
-        component="compilation",
-        mechanism=mechanism,
-        steps=h.steps,
-        bug_index=h.bug_index,
-        tags=h.tags,
-        base_steps=[COMPILE_PATH],
-    )
+    return stream_case(
+        id, number, "compilation", modeled_on, title, repro, (file, function, "compilation", mechanism),
+        compile_inserts(at, culprit), culprit, base_steps=(COMPILE_PATH,),
+    )  # fmt: skip
 
 
 def stale_positions() -> HardCase:

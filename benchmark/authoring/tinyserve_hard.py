@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.authoring.common import CaseSpec, repro_toml
+from benchmark.authoring.common import CaseSpec, issue_text, repro_toml
 from benchmark.authoring.tinyserve_stream import (
     ATTN,
     CONFIG,
@@ -69,6 +69,44 @@ def greedy(n: int, seed: int, max_tokens: int, **extra) -> dict:
     }
 
 
+def stream_case(
+    id: str,
+    issue_number: int,
+    category: str,
+    modeled_on: list[str],
+    title: str,
+    repro: str,
+    truth: tuple[str, str, str, str],
+    inserts: dict[int, list[Commit]],
+    culprit: Commit,
+    seed: int | None = None,
+    base_steps: tuple = (),
+) -> HardCase:
+    """A hard case on the shared stream: the stream with `inserts` and the culprit, truth
+    (file, function, component, mechanism), issue prose from issues/<id>.md. The history's dates
+    are seeded by `seed` (default: the issue number)."""
+    h = history(inserts, culprit, seed=issue_number if seed is None else seed)
+    file, function, component, mechanism = truth
+    return HardCase(
+        subject=SUBJECT,
+        id=id,
+        issue_number=issue_number,
+        category=category,
+        modeled_on=modeled_on,
+        title=title,
+        issue=issue_text(id),
+        repro=repro,
+        truth_file=file,
+        truth_function=function,
+        component=component,
+        mechanism=mechanism,
+        steps=h.steps,
+        bug_index=h.bug_index,
+        tags=h.tags,
+        base_steps=base_steps,
+    )
+
+
 def case(
     id: str,
     number: int,
@@ -80,25 +118,8 @@ def case(
     inserts: dict[int, list[Commit]],
     culprit: Commit,
 ) -> HardCase:
-    h = history(inserts, culprit, seed=number)
-    file, function, component, mechanism = truth
-    return HardCase(
-        subject=SUBJECT,
-        id=id,
-        issue_number=number + 100,  # 16xx: the at-base cases hold 15xx (the number also seeds the dates)
-        category=category,
-        modeled_on=modeled_on,
-        title=title,
-        issue=(ISSUES_DIR / f"{id}.md").read_text(),
-        repro=repro,
-        truth_file=file,
-        truth_function=function,
-        component=component,
-        mechanism=mechanism,
-        steps=h.steps,
-        bug_index=h.bug_index,
-        tags=h.tags,
-    )
+    # 16xx: the at-base cases hold 15xx (the number before the offset seeds the dates)
+    return stream_case(id, number + 100, category, modeled_on, title, repro, truth, inserts, culprit, seed=number)
 
 
 # ============================================================================= 1501 sampling: top-k batch max

@@ -11,9 +11,9 @@ Issue prose lives in benchmark/authoring/issues/<id>.md.
 
 from __future__ import annotations
 
-from benchmark.authoring.common import issue_text, repro_toml
-from benchmark.authoring.tinyserve_hard import HardCase, prompt
-from benchmark.authoring.tinyserve_stream import CONFIG, Commit, history
+from benchmark.authoring.common import repro_toml
+from benchmark.authoring.tinyserve_hard import HardCase, prompt, stream_case
+from benchmark.authoring.tinyserve_stream import CONFIG, Commit
 
 SUBJECT = "tinyserve"
 TP_LAYERS = "tinyserve/distributed/layers.py"
@@ -207,25 +207,11 @@ def tp_case(
     at: int,
     culprit: Commit,
 ) -> HardCase:
-    h = history(tp_inserts(at, culprit), culprit, seed=number)
     file, function, mechanism = truth
-    return HardCase(
-        subject=SUBJECT,
-        id=id,
-        issue_number=number,
-        category="parallelism",
-        modeled_on=modeled_on,
-        title=title,
-        issue=issue_text(id),
-        repro=repro,
-        truth_file=file,
-        truth_function=function,
-        component="parallelism",
-        mechanism=mechanism,
-        steps=h.steps,
-        bug_index=h.bug_index,
-        tags=h.tags,
-    )
+    return stream_case(
+        id, number, "parallelism", modeled_on, title, repro, (file, function, "parallelism", mechanism),
+        tp_inserts(at, culprit), culprit,
+    )  # fmt: skip
 
 
 def greedy_ids(ids: list[int], max_tokens: int) -> dict:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.authoring.common import repro_toml
-from benchmark.authoring.tinyserve_hard import HardCase
-from benchmark.authoring.tinyserve_stream import ATTN, SAMPLER, Commit, history
+from benchmark.authoring.tinyserve_hard import HardCase, stream_case
+from benchmark.authoring.tinyserve_stream import ATTN, SAMPLER, Commit
 
 SUBJECT = "tinyserve"
 ISSUES_DIR = Path(__file__).resolve().parent / "issues"
@@ -27,35 +27,9 @@ INGRID = "Ingrid Halvorsen <ingrid.halvorsen@gmail.com>"
 SAMIR = "Samir Qureshi <samir.qureshi@outlook.com>"
 
 
-def case(
-    id: str,
-    number: int,
-    modeled_on: list[str],
-    title: str,
-    repro: str,
-    truth: tuple[str, str, str, str],
-    inserts: dict[int, list[Commit]],
-    culprit: Commit,
-) -> HardCase:
-    h = history(inserts, culprit, seed=number)
-    file, function, component, mechanism = truth
-    return HardCase(
-        subject=SUBJECT,
-        id=id,
-        issue_number=number,
-        category="spec-decode",
-        modeled_on=modeled_on,
-        title=title,
-        issue=(ISSUES_DIR / f"{id}.md").read_text(),
-        repro=repro,
-        truth_file=file,
-        truth_function=function,
-        component=component,
-        mechanism=mechanism,
-        steps=h.steps,
-        bug_index=h.bug_index,
-        tags=h.tags,
-    )
+def case(id: str, number: int, *args) -> HardCase:
+    """A spec-decode case on the shared stream (tinyserve_hard.stream_case)."""
+    return stream_case(id, number, "spec-decode", *args)
 
 
 def request(prompt_ids: list[int], max_tokens: int, **sampling) -> dict:
