@@ -218,33 +218,26 @@ def dropped_inputs(before: str, after: str) -> list[str]:
     """Parameters of the function that the verifying version `after` reads and `before` (the code
     under suspicion) no longer does: an edit that stops using one of its inputs (a hash that drops
     its parent, a scale that ignores its head size) is at fault itself, whatever helper it now calls."""
-    params = _parameters(after)
-    if not _parameters(before):  # unparsable or not a function: claim nothing
+    old, new = _function_node(before), _function_node(after)
+    if old is None or new is None:  # unparsable or not a function: claim nothing
         return []
-    return [p for p in params if p not in ("self", "cls") and _reads(after, p) and not _reads(before, p)]
+    read_before, read_after = _names_read(old), _names_read(new)
+    a = new.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg not in ("self", "cls")]
+    return [p for p in params if p in read_after and p not in read_before]
 
 
-def _parameters(source: str) -> list[str]:
+def _function_node(source: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     try:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
-        return []
-    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    if fn is None:
-        return []
-    a = fn.args
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        return None
+    return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
-def _reads(source: str, name: str) -> bool:
-    """`name` appears in the function's body (its signature left out)."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return False
-    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    body = fn.body if fn is not None else tree.body
-    return any(isinstance(n, ast.Name) and n.id == name for stmt in body for n in ast.walk(stmt))
+def _names_read(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Every name in the function's body (its signature left out)."""
+    return {n.id for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
 
 
 def only_use_changed(before: str, after: str, name: str) -> bool:
