@@ -120,6 +120,37 @@ def test_the_budget_caps_the_restores(history):
     assert narrowing.restores <= 3 and not any(h.verified for h in ranked)
 
 
+def two_releases(repo: Path, release) -> tuple[Path, str]:
+    """A git repo whose two commits are releases 1.0 (good) and 1.1 (bad) of `release(bad)`'s files."""
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for version, bad in (("1.0", False), ("1.1", True)):
+        for rel, text in release(bad).items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"Release: v{version}")
+    return repo, git(repo, "rev-parse", "HEAD").strip()
+
+
+def changed_suspects(sha: str, ran: dict[str, float], component: str) -> list[Hypothesis]:
+    """Every function of pkg/core.py as changed by the bad release; those in `ran` ran, with those scores."""
+    names = [*ran] + [f"f{i}" for i in range(N_FUNCS) if i != 7]
+    return [
+        Hypothesis(
+            "pkg/core.py",
+            n,
+            sha,
+            component,
+            0.0,
+            "",
+            [f"changed by {sha[:10]}"] + ([RAN] if n in ran else []),
+            score=ran.get(n, 2.5),
+        )
+        for n in names
+    ]
+
+
 def coupled_release(bad: bool) -> dict[str, str]:
     """`scale` gains a parameter (and the bug) while its caller `apply` passes it; `offset` moves its
     helper: neither function restores alone, nor do all of them together, only the whole file or
@@ -134,31 +165,9 @@ def coupled_release(bad: bool) -> dict[str, str]:
 
 
 def test_functions_that_only_restore_together_are_found_by_their_call_neighbourhood(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    for version, bad in (("1.0", False), ("1.1", True)):
-        for rel, text in coupled_release(bad).items():
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (repo / rel).write_text(text)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"Release: v{version}")
-    sha = git(repo, "rev-parse", "HEAD").strip()
+    repo, sha = two_releases(tmp_path / "repo", coupled_release)
     ran = {"scale": 9.5, "apply": 7.5, "offset": 7.5, "f7": 7.5, "_base_value": 7.5}
-    names = [*ran] + [f"f{i}" for i in range(N_FUNCS) if i != 7]
-    cands = [
-        Hypothesis(
-            "pkg/core.py",
-            n,
-            sha,
-            "numerics",
-            0.0,
-            "",
-            [f"changed by {sha[:10]}"] + ([RAN] if n in ran else []),
-            score=ran.get(n, 2.5),
-        )
-        for n in names
-    ]
+    cands = changed_suspects(sha, ran, "numerics")
     repro = Reproduction(True, scenario=SimpleNamespace(model=SimpleNamespace(arch="pkg")), probe=None)
     oracle = PackageOracle()
     ranked, narrowing = localize(repo, cands, repro, oracle, Culprit(sha, "", "", ""))
@@ -194,31 +203,9 @@ def test_a_refactored_signature_pair_is_attributed_by_group_testing(tmp_path):
     """Regression (rl-qwen2-swa-mask-dropped's shape): the file's restore isolated the bug, but no
     function restored alone and the pair with its caller could not run without the old module's
     import, so the culprit stayed at rank 3. Moved-only functions are no suspects either."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    for version, bad in (("1.0", False), ("1.1", True)):
-        for rel, text in refactor_release(bad).items():
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (repo / rel).write_text(text)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"Release: v{version}")
-    sha = git(repo, "rev-parse", "HEAD").strip()
+    repo, sha = two_releases(tmp_path / "repo", refactor_release)
     ran = {"helper": 11.0, "prepare": 9.0, "band": 8.0, "f7": 7.5}
-    names = [*ran] + [f"f{i}" for i in range(N_FUNCS) if i != 7]
-    cands = [
-        Hypothesis(
-            "pkg/core.py",
-            n,
-            sha,
-            "attention",
-            0.0,
-            "",
-            [f"changed by {sha[:10]}"] + ([RAN] if n in ran else []),
-            score=ran.get(n, 2.5),
-        )
-        for n in names
-    ]
+    cands = changed_suspects(sha, ran, "attention")
     repro = Reproduction(True, scenario=SimpleNamespace(model=SimpleNamespace(arch="pkg")), probe=None)
     oracle = PackageOracle()
     ranked, narrowing = localize(repo, cands, repro, oracle, Culprit(sha, "", "", ""))  # prints 7.0 when right
