@@ -32,14 +32,16 @@ def by_url(issues, tail):
 def test_the_real_set_is_rebuilt_from_its_transcriptions_and_splits_follow_the_url(issues):
     assert build() == issues  # issues.jsonl is what raw/*.txt says
     assert len(issues) >= 400 and len({i["url"] for i in issues}) == len(issues)
+    third = [i for i in issues if i["split"] == "test3"]  # the third collection is test3 as a whole
     first = [i for i in issues if i["split"] in ("dev", "test") or i["split"] == split_of(i["url"]) == "train"]
-    second = [i for i in issues if i not in first]  # extra train and test2, from the second collection
+    second = [i for i in issues if i not in first and i not in third]  # extra train and test2 (second collection)
     assert all(i["split"] == split_of(i["url"]) for i in first)
     assert all(i["split"] == fresh_split_of(i["url"]) for i in second)
-    for split in ("test", "test2"):  # held-out splits: at least 150 issues, every label
+    for split in ("test", "test2", "test3"):  # held-out splits: at least 150 issues, every label
         assert sum(i["split"] == split for i in issues) >= 150
+    assert len(third) >= 200
     assert {i["label"] for i in issues} == set(LABELS)
-    for split in ("train", "dev", "test", "test2"):  # every label in every split
+    for split in ("train", "dev", "test", "test2", "test3"):  # every label in every split
         assert {i["label"] for i in issues if i["split"] == split} == set(LABELS)
 
 
