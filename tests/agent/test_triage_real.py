@@ -219,7 +219,7 @@ def test_shipped_weights_regenerate_byte_for_byte(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,  # 6 x 5 cross-validation fits and the final fit: ~9 min on 2 loaded cores
+        timeout=1800,  # 6 x 5 cross-validation fits and the final fit: ~11 min on 2 loaded cores
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr
