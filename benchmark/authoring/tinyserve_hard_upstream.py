@@ -741,7 +741,7 @@ def swa_block_release() -> HardCase:
     )
     model = {"arch": "mistral", "seed": 32}
     tgt = target(block_size=16, num_kv_blocks=5)
-    reqs = [greedy(48, 2032, 32), greedy(48, 2132, 8)]
+    reqs = [greedy(48, 2032, 32), greedy(64, 2132, 8)]
     return case(
         "ts-hard-swa-block-release",
         2032,
@@ -843,7 +843,7 @@ def gemma_activation_key() -> HardCase:
             ),
         ],
     )
-    model = {"arch": "gemma2", "seed": 33, "hidden_act": "gelu"}
+    model = {"arch": "gemma2", "seed": 33, "hidden_act": "gelu", "initializer_range": 0.2}
     return case(
         "ts-hard-gemma-act-key",
         2033,
