@@ -482,7 +482,7 @@ def penalty_prompt_counts() -> HardCase:
     bug = Commit(
         "sampler: one bincount per request for the penalty tensors\n\nThe prompt mask and the output counts were "
         "built with two scatter passes\nper request; one bincount over the request's tokens gives both the set of\n"
-        "seen tokens and the counts.",
+        "seen tokens and the counts. Batches where no request sets a penalty skip\nthe penalty pass.",
         PRIYA,
         [
             (
@@ -490,6 +490,12 @@ def penalty_prompt_counts() -> HardCase:
                 "    prompt_mask: torch.Tensor         # [S, V] bool: token occurs in the prompt\n"
                 "    output_counts: torch.Tensor       # [S, V] int: occurrences in the output so far\n",
                 "    token_counts: torch.Tensor        # [S, V] int: occurrences in prompt + output so far\n",
+            ),
+            (
+                SAMPLER,
+                "    generators: list                  # [S] torch.Generator\n",
+                "    generators: list                  # [S] torch.Generator\n"
+                "    has_penalties: bool = True        # some row sets a penalty (else the penalty pass is skipped)\n",
             ),
             (
                 SAMPLER,
@@ -508,7 +514,18 @@ def penalty_prompt_counts() -> HardCase:
             (
                 SAMPLER,
                 "            prompt_mask=prompt_mask, output_counts=output_counts, generators=list(generators))\n",
-                "            token_counts=token_counts, generators=list(generators))\n",
+                "            token_counts=token_counts, generators=list(generators),\n"
+                "            has_penalties=any(p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty\n"
+                "                              for p in params))\n",
+            ),
+            (
+                SAMPLER,
+                "        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))\n"
+                "        return self.apply_temperature(self.apply_penalties(logits, st), st)\n",
+                "        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))\n"
+                "        if st.has_penalties:\n"
+                "            logits = self.apply_penalties(logits, st)\n"
+                "        return self.apply_temperature(logits, st)\n",
             ),
             (
                 SAMPLER,
