@@ -116,13 +116,11 @@ def test_graph_reader_reads_nodes_sources_and_quantized_leaves():
     from tools.engines.llamacpp.session import Session
 
     sc = from_dict(scenario(weights="q8_0"))
-    nodes = []
     with Session(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)))) as s:
-        s.reader = GraphReader(nodes.append, read_leaves=True)
+        s.reader = GraphReader(s.nodes.append, read_leaves=True)  # every node, and the leaves
         s.open_context(32, 1)
         logits = s.decode([(0, [5, 17, 42], 0)])[0]
-        leaves = s.reader.leaves
-        gguf = s.gguf
+        nodes, leaves, gguf = list(s.nodes), s.reader.leaves, s.gguf
     out = [n for n in nodes if n.name == "result_output"][-1]
     np.testing.assert_array_equal(out.data, logits)
     assert out.op == "MUL_MAT" and out.srcs == ("output.weight", out.srcs[1]) and out.shape == (3, 512)

@@ -149,7 +149,7 @@ def to_numpy(t: GgmlTensor, raw: np.ndarray) -> np.ndarray:
 
 def _strided(raw: np.ndarray, dtype: np.dtype, ne: tuple, nb: tuple) -> np.ndarray:
     # raw bytes + ggml ne/nb (elements / byte strides, fastest first) -> contiguous [ne3, ne2, ne1, ne0]
-    padded = np.zeros(raw.nbytes + dtype.itemsize, dtype=np.uint8)  # view() needs whole items at the end
+    padded: np.ndarray = np.zeros(raw.nbytes + dtype.itemsize, dtype=np.uint8)  # view() needs whole items at the end
     padded[: raw.nbytes] = raw
     base = padded[: (padded.nbytes // dtype.itemsize) * dtype.itemsize].view(dtype)
     x = np.lib.stride_tricks.as_strided(base, shape=ne[::-1], strides=nb[::-1], writeable=False)
