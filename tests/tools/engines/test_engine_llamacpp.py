@@ -158,3 +158,21 @@ def test_options_it_cannot_tap_are_refused_in_one_line():
         spec = from_dict(scenario(dtype=dtype, **options)).target
         with pytest.raises(ValueError, match=words):
             engine.check_options(spec)
+
+
+def test_a_build_named_by_llama_cpp_lib_path_is_the_one_run(tmp_path, monkeypatch):
+    """The worker drives (and reads graphs through) the libs in LLAMA_CPP_LIB_PATH, not the package's."""
+    import shutil
+    from pathlib import Path
+
+    import llama_cpp
+
+    from tools.engines.runner import run_engine
+
+    build = tmp_path / "build"
+    shutil.copytree(Path(llama_cpp.__file__).parent / "lib", build)
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))
+    sc = from_dict(scenario())
+    trace = run_engine(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)), taps=["logits"]), timeout=300)
+    assert trace.meta["source"] == str(build / "libllama.so")
+    assert trace.taps() == ["logits"] and [len(o.output_ids) for o in trace.outputs] == [4, 4]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -76,7 +76,6 @@ class GraphNode:
     op_params: bytes  # the 64 raw bytes of op_params
     ne: tuple[int, ...] = (1, 1, 1, 1)  # ggml's own ne[0..3]
     index: int = 0  # read order within the reader (ask=False calls), across graph evaluations
-    extra: dict = field(default_factory=dict)
 
 
 def lib_dir() -> Path:
@@ -93,10 +92,10 @@ def mapped_library(stem: str) -> Path | None:
     if not maps.exists():
         return None
     for line in maps.read_text().splitlines():
-        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        name = Path(path).name
-        if name.startswith(stem + ".") or name.startswith(stem + "-") and name.endswith(".so"):
-            return Path(path)
+        parts = line.split(maxsplit=5)
+        name = Path(parts[5]).name if len(parts) == 6 else ""
+        if name == f"{stem}.so" or name.startswith(f"{stem}.so."):
+            return Path(parts[5])
     return None
 
 
