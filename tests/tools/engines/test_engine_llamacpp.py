@@ -176,3 +176,18 @@ def test_a_build_named_by_llama_cpp_lib_path_is_the_one_run(tmp_path, monkeypatc
     trace = run_engine(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)), taps=["logits"]), timeout=300)
     assert trace.meta["source"] == str(build / "libllama.so")
     assert trace.taps() == ["logits"] and [len(o.output_ids) for o in trace.outputs] == [4, 4]
+
+
+def test_mistral_runs_as_llama_and_a_sequence_past_its_window_is_refused():
+    from tools.engines.llamacpp.session import Session
+
+    sc = from_dict(scenario("mistral"))
+    ckpt = str(ensure_checkpoint(sc.model))
+    with Session(RunJob(sc, sc.target, ckpt)) as s:
+        s.drive(s.plans())  # 7 + 4 tokens: inside the 32-token window
+        assert {r.name for r in s.records} >= {"layers.1.attn.q_rot", "logits"}
+    long = scenario("mistral")
+    long["workload"]["requests"][0]["max_tokens"] = 40
+    sc = from_dict(long)
+    with Session(RunJob(sc, sc.target, ckpt)) as s, pytest.raises(ValueError, match="sliding window"):
+        s.plans()

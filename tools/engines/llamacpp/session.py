@@ -23,7 +23,13 @@ from tools.engines.llamacpp import (
     tap_record,
 )
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
-from tools.engines.llamacpp.gguf_convert import FLOAT_TYPES, PERMUTED_ROPE, ensure_gguf, twin_checkpoint
+from tools.engines.llamacpp.gguf_convert import (
+    FLOAT_TYPES,
+    NO_SLIDING_WINDOW,
+    PERMUTED_ROPE,
+    ensure_gguf,
+    twin_checkpoint,
+)
 from tools.engines.llamacpp.taps import EMBED_NODE, graph_taps, wanted_node
 from tools.engines.protocol import RunJob
 from tools.probe.trace import RequestOutput, TapRecord
@@ -45,7 +51,7 @@ class Session:
         self.options = dict(job.spec.options)
         self.gguf_type = self.options.get("weights") or FLOAT_TYPES[job.spec.dtype]
         self.gguf = ensure_gguf(job.checkpoint, self.gguf_type)
-        config = json.loads((Path(job.checkpoint) / "config.json").read_text())
+        config = self.config = json.loads((Path(job.checkpoint) / "config.json").read_text())
         self.head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
@@ -127,6 +133,7 @@ class Session:
                 plans.append(Plan(full[:n], len(full) - n, 0, True, forced=full[n:]))
             else:
                 plans.append(Plan(prompt, req.max_tokens, req.arrival_step, ignore_eos))
+        check_window(self.config, max(len(p.prompt) + p.max_tokens for p in plans))
         self.open_context(sum(len(p.prompt) + p.max_tokens for p in plans), len(plans))
         return plans
 
@@ -240,6 +247,16 @@ class Session:
             "steps": self.step,
             "teacher_forced": self.job.teacher is not None,
         }
+
+
+def check_window(config: dict, longest: int) -> None:
+    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none."""
+    window = config.get("sliding_window")
+    if config["model_type"] in NO_SLIDING_WINDOW and window and longest > window:
+        raise ValueError(
+            f"llama.cpp runs {config['model_type']} as llama, without its {window}-token sliding window: "
+            f"sequences of {longest} tokens would differ from the reference for that reason alone"
+        )
 
 
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
