@@ -235,8 +235,7 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
-        # llama.cpp multiplies quantized weights by activations quantized to 8-bit blocks
-        noise = {"noise_dtype": "bfloat16"} if self.options.get("weights") else {}
+        noise = {"noise_dtype": noise_dtype(self.options)} if noise_dtype(self.options) else {}
         return {
             **weights,
             **noise,
@@ -247,6 +246,17 @@ class Session:
             "steps": self.step,
             "teacher_forced": self.job.teacher is not None,
         }
+
+
+def noise_dtype(options: dict) -> str | None:
+    """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
+    quantized weights are multiplied by activations quantized to 8-bit blocks (as coarse as
+    bfloat16); flash attention on CPU casts K/V to f16 and accumulates V in f16."""
+    if options.get("weights"):
+        return "bfloat16"
+    if options.get("flash_attn"):
+        return "float16"
+    return None
 
 
 def check_window(config: dict, longest: int) -> None:
