@@ -94,7 +94,10 @@ class Session:
         cparams.cb_eval_user_data = None
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            raise RuntimeError("llama.cpp could not create a context")
+            raise RuntimeError(
+                "llama.cpp could not create a context (a quantized cache_type needs flash_attn and a head_dim "
+                "that is a multiple of the quant block, 32)"
+            )
 
     def __exit__(self, *exc) -> None:
         if self.ctx:
@@ -235,7 +238,8 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
-        noise = {"noise_dtype": noise_dtype(self.options)} if noise_dtype(self.options) else {}
+        coarse = noise_dtype(self.options, self.job.spec.dtype)
+        noise = {"noise_dtype": coarse} if coarse else {}
         return {
             **weights,
             **noise,
@@ -248,13 +252,15 @@ class Session:
         }
 
 
-def noise_dtype(options: dict) -> str | None:
+def noise_dtype(options: dict, dtype: str) -> str | None:
     """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
-    quantized weights are multiplied by activations quantized to 8-bit blocks (as coarse as
-    bfloat16); flash attention on CPU casts K/V to f16 and accumulates V in f16."""
-    if options.get("weights"):
+    quantized weights are multiplied by activations quantized to 8-bit blocks, a quantized K/V
+    cache holds 8 bits or fewer (both as coarse as bfloat16); CPU flash attention casts K/V to f16
+    and accumulates V in f16, and so does an f16 cache under F32 weights."""
+    cache = options.get("cache_type", FLOAT_TYPES[dtype])
+    if options.get("weights") or cache not in ("f32", "f16"):
         return "bfloat16"
-    if options.get("flash_attn"):
+    if dtype == "float32" and (options.get("flash_attn") or cache == "f16"):
         return "float16"
     return None
 
