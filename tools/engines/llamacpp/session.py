@@ -44,7 +44,10 @@ def _log_errors_only(level: int, text: bytes, _user_data) -> None:
 
 
 class Session:
-    def __init__(self, job: RunJob):
+    """`capture_all`: read every graph node and leaf (not only the tap nodes) and keep each step's
+    nodes in `graphs` (with the leaves in `reader.leaves`): what an op-level drill-down replays."""
+
+    def __init__(self, job: RunJob, capture_all: bool = False):
         import llama_cpp
 
         self.ll, self.job = llama_cpp, job
@@ -56,7 +59,8 @@ class Session:
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
-        self.reader = GraphReader(self.nodes.append, want=wanted_node)
+        self.graphs: list[list[GraphNode]] | None = [] if capture_all else None
+        self.reader = GraphReader(self.nodes.append, want=None if capture_all else wanted_node, read_leaves=capture_all)
         self.step = 0
         self.model: Any = None
         self.ctx: Any = None
@@ -210,6 +214,8 @@ class Session:
         finally:
             ll.llama_batch_free(batch)
         self.record(rows)
+        if self.graphs is not None:
+            self.graphs.append(list(self.nodes))
         n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         logits = np.ctypeslib.as_array(ll.llama_get_logits(self.ctx), shape=(len(rows), n_vocab)).copy()
         out, at = [], 0
