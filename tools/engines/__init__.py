@@ -33,6 +33,7 @@ BUILTIN = {
     "transformers": "tools.engines.hf:HFEngine",
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
+    "llama.cpp": "tools.engines.llamacpp:LlamaCppEngine",
 }
 DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
 # How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
