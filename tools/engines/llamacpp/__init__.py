@@ -95,6 +95,7 @@ class LlamaCppEngine:
             dtypes=DTYPES,
             package=self.package,
             accepted_options=OPTIONS,
+            op_checks=True,  # no native twins: the kernel drill-down judges each ggml op (opcheck.py)
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

@@ -50,6 +50,11 @@ class Session:
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
         self.reader = GraphReader(self.nodes.append, want=wanted_node)
+        if job.op_checks is not None:  # every op judged on its own inputs (opcheck.py), the taps as before
+            from tools.engines.llamacpp.opcheck import OpChecker
+
+            source = Path(job.op_checks) if job.op_checks else None
+            self.reader = OpChecker(self.nodes.append, wanted_node, source, self.gguf)
         self.step = 0
         self.model = self.ctx = None
 
@@ -233,6 +238,7 @@ class Session:
             "gguf_type": self.gguf_type,
             "steps": self.step,
             "teacher_forced": self.job.teacher is not None,
+            **({"op_checks": self.reader.report()} if hasattr(self.reader, "report") else {}),
         }
 
 
