@@ -32,7 +32,7 @@ import torch
 
 from tools.engines.protocol import Capabilities, RunJob
 from tools.probe.taps import matches
-from tools.probe.trace import RequestOutput, TapRecord, Trace
+from tools.probe.trace import TapRecord, Trace
 from tools.scenario import EngineSpec
 
 DTYPES = ("float32", "float16")

@@ -21,7 +21,6 @@ ggml_get_name on the first node read.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,12 +81,10 @@ class GraphNode:
 
 def lib_dir() -> Path:
     """The folder llama_cpp loads libllama from (LLAMA_CPP_LIB_PATH, else the package's lib/)."""
-    override = os.environ.get("LLAMA_CPP_LIB_PATH")
-    if override:
-        return Path(override)
     import llama_cpp
 
-    return Path(llama_cpp.__file__).parent / "lib"
+    base = getattr(llama_cpp.llama_cpp, "_base_path", None)  # what llama_cpp resolved LLAMA_CPP_LIB_PATH to
+    return Path(base) if base else Path(llama_cpp.__file__).parent / "lib"
 
 
 def mapped_library(stem: str) -> Path | None:

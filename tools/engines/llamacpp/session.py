@@ -148,7 +148,7 @@ class Session:
         if self.job.teacher is not None:
             feed = [(r, p.prompt + p.forced, 0) for r, p in enumerate(plans) if p.forced is not None]
             logits = self.decode(feed)
-            for (r, tokens, _), rows in zip(feed, logits):
+            for (r, _, _), rows in zip(feed, logits):
                 self.take_forced(plans[r], rows)
             return
         fed = [0] * len(plans)  # tokens of each request already in the cache
@@ -230,8 +230,11 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
+        # llama.cpp multiplies quantized weights by activations quantized to 8-bit blocks
+        noise = {"noise_dtype": "bfloat16"} if self.options.get("weights") else {}
         return {
             **weights,
+            **noise,
             "options": self.options,
             "source": library_file(),
             "gguf": str(self.gguf),
