@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -101,6 +102,7 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()[:20]
 
 
+@functools.cache
 def compiler_id() -> str:
     """First line of the C++ compiler's --version: another compiler, another build."""
     try:
