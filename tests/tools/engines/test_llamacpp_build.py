@@ -99,6 +99,7 @@ def test_the_hash_follows_content_not_paths_or_build_folders(tmp_path, cache):
     a, b = tiny_tree(tmp_path / "a"), tiny_tree(tmp_path / "b")
     (b / "build").mkdir()
     (b / "build" / "junk.o").write_text("x")
+    (b / ".git").write_text(f"gitdir: {tmp_path}/repo/.git/worktrees/b\n")  # as in a git worktree
     assert tree_hash(llama_root(a)) == tree_hash(llama_root(b))
     (b / "src" / "ggml.c").write_text(GGML + "\n")
     assert tree_hash(llama_root(a)) != tree_hash(llama_root(b))

@@ -91,7 +91,8 @@ def source_files(root: Path) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         for name in sorted(filenames):
-            yield Path(dirpath, name).relative_to(root)
+            if name not in SKIP_DIRS:  # a worktree's `.git` is a file naming its repo: not source
+                yield Path(dirpath, name).relative_to(root)
 
 
 def tree_hash(root: Path) -> str:
