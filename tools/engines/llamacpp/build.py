@@ -168,19 +168,16 @@ def _free_slot() -> Iterator[Path]:
 
 
 def _build_in_slot(root: Path, slot: Path, timeout: float) -> Path:
-    """Sync `root` into the slot, configure (first time) and build -> the folder of built libraries."""
+    """Sync `root` into the slot, configure (when its flags changed) and build -> the built libraries."""
     src, build = slot / "src", slot / "build"
     sync_tree(root, src)
-    env = build_env(slot)
-    deadline = time.monotonic() + timeout
-    if not (build / "build.ninja").exists():
-        _run(
-            ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS, *launcher()],
-            env,
-            root,
-            slot,
-            deadline,
-        )
+    env, deadline = build_env(slot), time.monotonic() + timeout
+    configure = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS, *launcher()]
+    stamp = build / "diffdx-configure.txt"  # the command the build folder was configured with
+    if not (build / "build.ninja").exists() or not stamp.is_file() or stamp.read_text() != repr(configure):
+        shutil.rmtree(build, ignore_errors=True)  # other flags: a CMake cache must not carry old ones over
+        _run(configure, env, root, slot, deadline)
+        stamp.write_text(repr(configure))
     _run(["cmake", "--build", str(build), "--target", BUILD_TARGET], env, root, slot, deadline)
     return build / "bin"
 
