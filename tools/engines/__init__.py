@@ -33,10 +33,11 @@ BUILTIN = {
     "transformers": "tools.engines.hf:HFEngine",
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
+    "llama.cpp": "tools.engines.llamacpp:LlamaCppEngine",
 }
 DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
 # How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
-MENTIONS = {"transformers": r"\bmodel\.generate\("}
+MENTIONS = {"transformers": r"\bmodel\.generate\(", "llama.cpp": r"llama-(server|cli|bench)|\.gguf\b"}
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
 # Installed third-party modules an engine worker's zygote imports ahead of its runs (package ->
