@@ -164,12 +164,11 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
 
 def _add_op_evidence(cands, sym: Symbol, op: dict) -> None:
     """The function the adapter named for the first op that computes wrong from its own inputs."""
+    what = f"op {op['op']} (node {op.get('name') or '?'}), the first op whose output is wrong on its own inputs"
     if (sym.file, sym.qualname) == (op.get("file"), op.get("function")):
-        _get(cands, sym).add(
-            "kernel",
-            f"computes op {op['op']} (node {op.get('name') or '?'}), the first op whose output is wrong on its "
-            f"own inputs: {op['ratio']:.3g}x the noise floor of its fp64 recompute",
-        )
+        _get(cands, sym).add("kernel", f"computes {what}: {op['ratio']:.3g}x the noise floor of its fp64 recompute")
+    elif sym.file == op.get("file") and sym.qualname in op.get("helpers", []):
+        _get(cands, sym).add("kernel_helper", f"called by {op['function']}, which computes {what}")
 
 
 def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing, ran) -> None:

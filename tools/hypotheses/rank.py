@@ -13,6 +13,7 @@ WEIGHTS = {
     "culprit": 6.0,
     "modified": 0.5,
     "kernel": 3.0,
+    "kernel_helper": 1.5,  # called by the function computing the first wrong op (drill-down op checks)
     "spectrum": 2.5,
     "component": 1.5,
     "trigger": 1.5,

@@ -13,11 +13,13 @@ OPS_CPP = """
 static void ggml_compute_forward_rms_norm_f32(const ggml_compute_params * params, ggml_tensor * dst) {}
 static void ggml_compute_forward_rms_norm_back_f32(const ggml_compute_params * params, ggml_tensor * dst) {}
 static void ggml_compute_forward_norm_f32(const ggml_compute_params * params, ggml_tensor * dst) {}
+static float rms_scale(float sum, int n, float eps) { return 1.0f/sqrtf(sum/n + eps); }
 """
 WRONG_OP = {
     "index": 7, "op": "RMS_NORM", "name": "attn_norm-0", "types": ["f32", "f32"], "ratio": 412.0, "error": 0.0082,
     "floor": 2e-05, "nonfinite": False, "file": "ggml/src/ggml-cpu/ops.cpp",
     "function": "ggml_compute_forward_rms_norm_f32", "callers": ["ggml_compute_forward_rms_norm"],
+    "helpers": ["rms_scale"],
 }  # fmt: skip
 
 
@@ -36,6 +38,8 @@ def test_the_function_computing_the_first_wrong_op_leads_the_ranking(tmp_path: P
     assert (top.file, top.function) == ("ggml/src/ggml-cpu/ops.cpp", "ggml_compute_forward_rms_norm_f32")
     assert top.category == "kernel" and "first op whose output is wrong" in top.evidence[0]
     assert all(h.score < top.score for h in ranked[1:])  # rms_norm_back and norm share the words, not the evidence
+    helper = next(h for h in ranked if h.function == "rms_scale")
+    assert "called by ggml_compute_forward_rms_norm_f32" in helper.evidence[0]
 
 
 def test_the_drill_down_line_names_op_node_and_function():

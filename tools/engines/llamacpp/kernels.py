@@ -27,6 +27,7 @@ class Kernel:
     file: str  # relative to the tree's root
     function: str  # the function that computes the op (the deepest dispatch target)
     chain: tuple[str, ...]  # the dispatchers from ENTRY down to it
+    helpers: tuple[str, ...] = ()  # functions of ggml-cpu it calls, two calls deep (rotate_pairs, ...)
 
 
 def find_cpu_dir(root: Path) -> Path | None:
@@ -51,6 +52,7 @@ class CpuSource:
     root: Path
     functions: dict[str, Symbol]
     texts: dict[str, bytes]
+    calls: dict[str, list[str]]  # function -> short names it calls (the index's edges)
 
     def dispatch(self, name: str) -> dict[str, str]:
         """`case LABEL:` -> the first `ggml_compute_forward*` function defined here that the case calls
@@ -83,7 +85,27 @@ class CpuSource:
             current = next((table[k] for k in keys if k in table), only.pop() if len(only) == 1 else None)
         if len(chain) == 1:
             return None
-        return Kernel(self.functions[chain[-1]].file, chain[-1], tuple(chain[1:-1]))
+        return Kernel(self.functions[chain[-1]].file, chain[-1], tuple(chain[1:-1]), self.helpers(chain[-1]))
+
+    def helpers(self, name: str, depth: int = 2, max_callers: int = 3) -> tuple[str, ...]:
+        """What the kernel computes with: the functions defined here that it calls, `depth` calls deep,
+        that few others call (thread barriers and conversions everyone calls are plumbing, not it)."""
+        callers: dict[str, int] = {}
+        for names in self.calls.values():
+            for c in set(names):
+                callers[c] = callers.get(c, 0) + 1
+        found: list[str] = []
+        frontier = [name]
+        for _ in range(depth):
+            frontier = [
+                c
+                for f in frontier
+                for c in self.calls.get(f, [])
+                if c in self.functions and callers.get(c, 0) <= max_callers
+            ]
+            frontier = [c for c in dict.fromkeys(frontier) if c != name and c not in found]
+            found += frontier
+        return tuple(found)
 
 
 def _case_statements(node: ts.Node):
@@ -121,14 +143,17 @@ def cpu_source(root: Path) -> CpuSource | None:
         return None
     functions: dict[str, Symbol] = {}
     texts: dict[str, bytes] = {}
+    calls: dict[str, list[str]] = {}
     for path in sorted(p for p in cpu.iterdir() if p.suffix in SOURCE_SUFFIXES):
         rel = path.relative_to(root).as_posix()
         texts[rel] = path.read_bytes()
-        symbols, _calls_of = parse_file(rel, texts[rel], "cpp")
+        symbols, edges = parse_file(rel, texts[rel], "cpp")
         for sym in symbols:
             if sym.kind == "function":
                 functions.setdefault(sym.qualname, sym)
-    return CpuSource(root, functions, texts)
+        for qualname, names in edges.items():
+            calls.setdefault(qualname, names)
+    return CpuSource(root, functions, texts, calls)
 
 
 def dispatch_keys(src0_type: str, sub: str) -> tuple[str, ...]:

@@ -134,4 +134,5 @@ class OpChecker(ggml.GraphReader):
             "file": kernel.file if kernel else "",
             "function": kernel.function if kernel else "",
             "callers": list(kernel.chain) if kernel else [],
+            "helpers": list(kernel.helpers) if kernel else [],
         }

@@ -103,6 +103,11 @@ def test_the_op_switch_then_the_type_switch_name_the_kernel(tree: Path):
     assert find_cpu_dir(tree) == tree / "vendor" / "ggml" / "src" / "ggml-cpu"
 
 
+def test_helpers_are_the_functions_here_the_kernel_calls(tree: Path):
+    k = cpu_kernel(tree, "MUL_MAT", "f32")
+    assert k is not None and k.helpers == ()  # vec_dot is not defined in the tree
+
+
 def test_unary_op_fallthrough_cases_and_templates(tree: Path):
     k = cpu_kernel(tree, "UNARY", "f16", "SILU")
     assert k is not None and k.function == "ggml_compute_forward_silu_flt"
@@ -139,3 +144,12 @@ VENDORED = Path("/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp")
 def test_the_vendored_llama_cpp(op, type_, sub, function):
     k = cpu_kernel(VENDORED, op, type_, sub)
     assert k is not None and k.function == function and k.file.startswith("ggml/src/ggml-cpu/")
+
+
+@pytest.mark.skipif(not VENDORED.is_dir(), reason="the unpacked llama-cpp-python sdist is not on this machine")
+def test_the_kernels_own_helpers_not_the_plumbing():
+    rope = cpu_kernel(VENDORED, "ROPE", "f32")
+    assert rope is not None and {"rotate_pairs", "ggml_rope_cache_init", "rope_yarn"} <= set(rope.helpers)
+    mul_mat = cpu_kernel(VENDORED, "MUL_MAT", "f32")
+    assert mul_mat is not None and "ggml_compute_forward_mul_mat_one_chunk" in mul_mat.helpers
+    assert "ggml_barrier" not in mul_mat.helpers  # called everywhere: plumbing
