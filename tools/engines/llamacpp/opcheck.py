@@ -47,7 +47,7 @@ def gguf_weights(path: Path) -> dict[str, Callable[[], ops.Operand]]:
     def loader(t) -> Callable[[], ops.Operand]:
         @functools.cache
         def load() -> ops.Operand:
-            values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            values: np.ndarray = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
             ne = [int(n) for n in t.shape] + [1] * (4 - len(t.shape))
             return ops.Operand(t.tensor_type.name.lower(), torch.from_numpy(values.reshape(ne[::-1])))
 
