@@ -236,12 +236,13 @@ def get_rows(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def set_rows(dst: torch.Tensor, src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """dst [D3, D2, R, D] (the target tensor after the op), src [D3, D2, N, D] rows, idx [.., N] ints ->
-    dst with row idx[n] replaced by src's row n; the rows the op does not write are taken as they are."""
+    """dst [D3, D2, R, D] (the target tensor after the op), src [D3, D2, N, D] rows, idx [1, I2, I1, N] ints
+    (tiled over src's batches) -> dst with row idx[n] replaced by src's row n; the rows the op does not
+    write are taken as they are."""
     out = dst.to(F64).clone()
     for i3 in range(src.shape[0]):
         for i2 in range(src.shape[1]):
-            rows = idx[i3 % idx.shape[0], i2 % idx.shape[1], 0].long() if idx.dim() == 4 else idx.long().flatten()
+            rows = idx[0, i3 % idx.shape[1], i2 % idx.shape[2]].long()
             out[i3, i2, rows] = src[i3, i2].to(F64)
     return out
 
@@ -257,7 +258,6 @@ def permute(x: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
 # --- what the CPU kernels round by design (not a bug, so the recompute does it too) ----------------
 
 FLOAT_TYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
-INT_TYPES = ("i8", "i16", "i32", "i64")
 
 
 def round_to(x: torch.Tensor, type_name: str) -> torch.Tensor:

@@ -116,7 +116,10 @@ def test_get_rows_and_set_rows():
     assert ops.get_rows(table, idx)[0, 0].tolist() == [[4.0, 5.0], [0.0, 1.0]]
     cache = torch.zeros(1, 1, 4, 2, dtype=F64)
     rows = torch.tensor([[7.0, 8.0]], dtype=F64).reshape(1, 1, 1, 2)
-    assert ops.set_rows(cache, rows, torch.tensor([3]))[0, 0, 3].tolist() == [7.0, 8.0]
+    assert ops.set_rows(cache, rows, torch.tensor([3]).reshape(1, 1, 1, 1))[0, 0, 3].tolist() == [7.0, 8.0]
+    two = torch.tensor([[1.0, 1.0], [2.0, 2.0]], dtype=F64).reshape(1, 2, 1, 2)  # one row for each of 2 streams
+    out = ops.set_rows(torch.zeros(1, 2, 3, 2, dtype=F64), two, torch.tensor([[0], [2]]).reshape(1, 1, 2, 1))
+    assert out[0, 0, 0].tolist() == [1.0, 1.0] and out[0, 1, 2].tolist() == [2.0, 2.0] and out[0, 1, 0].sum() == 0
 
 
 def test_permute_follows_ggml_axes():
