@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from tools.engines.llamacpp import (
 )
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
 from tools.engines.llamacpp.gguf_convert import FLOAT_TYPES, PERMUTED_ROPE, ensure_gguf, twin_checkpoint
-from tools.engines.llamacpp.taps import graph_taps, wanted_node
+from tools.engines.llamacpp.taps import EMBED_NODE, graph_taps, wanted_node
 from tools.engines.protocol import RunJob
 from tools.probe.trace import RequestOutput, TapRecord
 
@@ -56,7 +57,9 @@ class Session:
             source = Path(job.op_checks) if job.op_checks else None
             self.reader = OpChecker(self.nodes.append, wanted_node, source, self.gguf)
         self.step = 0
-        self.model = self.ctx = None
+        self.model: Any = None
+        self.ctx: Any = None
+        self.vocab: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -246,21 +249,21 @@ class Session:
 
 
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
-    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at inp_embd)."""
+    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at its embedding)."""
     out: list[list[GraphNode]] = []
     for node in nodes:
-        if node.name == "inp_embd" or not out:
+        if node.name == EMBED_NODE or not out:
             out.append([])
         out[-1].append(node)
     return out
 
 
 def ubatch_tokens(nodes: list[GraphNode]) -> int:
-    """Tokens of one graph evaluation: the rows of its embedding."""
-    embed = next((n for n in nodes if n.name == "inp_embd"), None)
+    """Tokens of one graph evaluation: the rows (ne[1]) of its embedding."""
+    embed = next((n for n in nodes if n.name == EMBED_NODE), None)
     if embed is None:
-        raise RuntimeError("a graph evaluation without inp_embd: cannot tell its tokens")
-    return embed.shape[0]
+        raise RuntimeError(f"a graph evaluation without {EMBED_NODE!r}: cannot tell its tokens")
+    return embed.ne[1]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
