@@ -123,3 +123,45 @@ def test_an_injected_kernel_bug_is_attributed_to_its_op_and_function(tmp_path: P
     assert wrong is not None, evidence
     assert (wrong["op"], wrong["function"], wrong["file"]) == (op, function, "ggml/src/ggml-cpu/ops.cpp")
     assert wrong["ratio"] > 100 and f"{op} (node" in evidence[-1] and function in evidence[-1]
+
+
+REPRO = """
+[model]
+arch = "llama"
+seed = 0
+
+[target]
+engine = "llama.cpp"
+dtype = "float32"
+
+[[workload.requests]]
+prompt_ids = [40, 41, 42, 43, 44, 45, 46, 47]
+max_tokens = 4
+sampling = { ignore_eos = true }
+"""
+
+
+@pytest.mark.slow
+def test_the_report_names_the_op_and_ranks_its_function_first(tmp_path: Path):
+    """agent.run on a git repo of the subject with the rms_norm bug: report.json's kernel is the op,
+    the drill-down carries the op and its C function, and that function is hypothesis 1."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tree = patched_subject(tmp_path, "rms_norm")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tree)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "llama.cpp"]):
+        subprocess.run([*git, *args], check=True)
+    (tmp_path / "repro.toml").write_text(REPRO)
+    (tmp_path / "issue.md").write_text("llama.cpp logits differ from transformers on a small llama (F32 GGUF).\n")
+    cmd = [sys.executable, "-m", "agent.run", "--issue-file", str(tmp_path / "issue.md"), "--repro"]
+    cmd += [str(tmp_path / "repro.toml"), "--target-source", str(tree), "--out", str(tmp_path / "out"), "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), timeout=3600)
+    assert done.returncode == 1, done.stderr[-2000:]  # diverged and diagnosed
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["kernel"] == "RMS_NORM" and report["drill_down"]["op"]["name"] == "norm-0"
+    top = report["hypotheses"][0]
+    assert (top["file"], top["function"]) == ("ggml/src/ggml-cpu/ops.cpp", "ggml_compute_forward_rms_norm_f32")
+    assert any("first op whose output is wrong" in line for line in top["evidence"])
