@@ -23,7 +23,13 @@ from tools.engines.llamacpp import (
     tap_record,
 )
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
-from tools.engines.llamacpp.gguf_convert import FLOAT_TYPES, PERMUTED_ROPE, ensure_gguf, twin_checkpoint
+from tools.engines.llamacpp.gguf_convert import (
+    FLOAT_TYPES,
+    NO_SLIDING_WINDOW,
+    PERMUTED_ROPE,
+    ensure_gguf,
+    twin_checkpoint,
+)
 from tools.engines.llamacpp.taps import EMBED_NODE, graph_taps, wanted_node
 from tools.engines.protocol import RunJob
 from tools.probe.trace import RequestOutput, TapRecord
@@ -38,19 +44,23 @@ def _log_errors_only(level: int, text: bytes, _user_data) -> None:
 
 
 class Session:
-    def __init__(self, job: RunJob):
+    """`capture_all`: read every graph node and leaf (not only the tap nodes) and keep each step's
+    nodes in `graphs` (with the leaves in `reader.leaves`): what an op-level drill-down replays."""
+
+    def __init__(self, job: RunJob, capture_all: bool = False):
         import llama_cpp
 
         self.ll, self.job = llama_cpp, job
         self.options = dict(job.spec.options)
         self.gguf_type = self.options.get("weights") or FLOAT_TYPES[job.spec.dtype]
         self.gguf = ensure_gguf(job.checkpoint, self.gguf_type)
-        config = json.loads((Path(job.checkpoint) / "config.json").read_text())
+        config = self.config = json.loads((Path(job.checkpoint) / "config.json").read_text())
         self.head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
-        self.reader = GraphReader(self.nodes.append, want=wanted_node)
+        self.graphs: list[list[GraphNode]] | None = [] if capture_all else None
+        self.reader = GraphReader(self.nodes.append, want=None if capture_all else wanted_node, read_leaves=capture_all)
         if job.op_checks is not None:  # every op judged on its own inputs (opcheck.py), the taps as before
             from tools.engines.llamacpp.opcheck import OpChecker
 
@@ -93,7 +103,10 @@ class Session:
         cparams.cb_eval_user_data = None
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            raise RuntimeError("llama.cpp could not create a context")
+            raise RuntimeError(
+                "llama.cpp could not create a context (a quantized cache_type needs flash_attn and a head_dim "
+                "that is a multiple of the quant block, 32)"
+            )
 
     def __exit__(self, *exc) -> None:
         if self.ctx:
@@ -132,6 +145,7 @@ class Session:
                 plans.append(Plan(full[:n], len(full) - n, 0, True, forced=full[n:]))
             else:
                 plans.append(Plan(prompt, req.max_tokens, req.arrival_step, ignore_eos))
+        check_window(self.config, max(len(p.prompt) + p.max_tokens for p in plans))
         self.open_context(sum(len(p.prompt) + p.max_tokens for p in plans), len(plans))
         return plans
 
@@ -205,6 +219,8 @@ class Session:
         finally:
             ll.llama_batch_free(batch)
         self.record(rows)
+        if self.graphs is not None:
+            self.graphs.append(list(self.nodes))
         n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         logits = np.ctypeslib.as_array(ll.llama_get_logits(self.ctx), shape=(len(rows), n_vocab)).copy()
         out, at = [], 0
@@ -233,8 +249,8 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
-        # llama.cpp multiplies quantized weights by activations quantized to 8-bit blocks
-        noise = {"noise_dtype": "bfloat16"} if self.options.get("weights") else {}
+        coarse = noise_dtype(self.options, self.job.spec.dtype)
+        noise = {"noise_dtype": coarse} if coarse else {}
         return {
             **weights,
             **noise,
@@ -246,6 +262,29 @@ class Session:
             "teacher_forced": self.job.teacher is not None,
             **({"op_checks": self.reader.report()} if hasattr(self.reader, "report") else {}),
         }
+
+
+def noise_dtype(options: dict, dtype: str) -> str | None:
+    """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
+    quantized weights are multiplied by activations quantized to 8-bit blocks, a quantized K/V
+    cache holds 8 bits or fewer (both as coarse as bfloat16); CPU flash attention casts K/V to f16
+    and accumulates V in f16, and so does an f16 cache under F32 weights."""
+    cache = options.get("cache_type", FLOAT_TYPES[dtype])
+    if options.get("weights") or cache not in ("f32", "f16"):
+        return "bfloat16"
+    if dtype == "float32" and (options.get("flash_attn") or cache == "f16"):
+        return "float16"
+    return None
+
+
+def check_window(config: dict, longest: int) -> None:
+    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none."""
+    window = config.get("sliding_window")
+    if config["model_type"] in NO_SLIDING_WINDOW and window and longest > window:
+        raise ValueError(
+            f"llama.cpp runs {config['model_type']} as llama, without its {window}-token sliding window: "
+            f"sequences of {longest} tokens would differ from the reference for that reason alone"
+        )
 
 
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
