@@ -28,7 +28,7 @@ target_link_libraries(llama PRIVATE ggml)
 """
 GGML = "int ggml_add(int a, int b) { return a + b; }\n"
 LLAMA = '#include "llama.h"\nint ggml_add(int a, int b);\nint llama_answer(void) { return ggml_add(40, 2); }\n'
-ADAPTER = "tools.engines.llamacpp:LlamaCppEngine"  # the adapter module, by import path
+ADAPTER = "llama.cpp"  # the engine whose adapter module holds the hook
 
 
 def tiny_tree(path: Path, ggml: str = GGML, llama: str = LLAMA) -> Path:
