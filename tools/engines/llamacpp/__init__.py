@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from tools.engines.protocol import Capabilities, RunJob
-from tools.probe.taps import matches
+from tools.probe.taps import matches, order_key
 from tools.probe.trace import TapRecord, Trace
 from tools.scenario import EngineSpec
 
@@ -111,7 +111,8 @@ class LlamaCppEngine:
         with Session(job) as session:
             plans = session.plans()
             session.drive(plans)
-            records = [r for r in session.records if matches(r.name, job.taps)]
+            kept = [r for r in session.records if matches(r.name, job.taps)]
+            records = sorted(kept, key=lambda r: (r.step, order_key(r.name), r.request))  # a Trace's order
             outputs = [session.request_output(p) for p in plans]
             meta = session.meta()
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,14 @@ from tools.engines.llamacpp import (
     tap_record,
 )
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
-from tools.engines.llamacpp.gguf_convert import FLOAT_TYPES, PERMUTED_ROPE, ensure_gguf, twin_checkpoint
-from tools.engines.llamacpp.taps import graph_taps, wanted_node
+from tools.engines.llamacpp.gguf_convert import (
+    FLOAT_TYPES,
+    NO_SLIDING_WINDOW,
+    PERMUTED_ROPE,
+    ensure_gguf,
+    twin_checkpoint,
+)
+from tools.engines.llamacpp.taps import EMBED_NODE, graph_taps, wanted_node
 from tools.engines.protocol import RunJob
 from tools.probe.trace import RequestOutput, TapRecord
 
@@ -44,14 +51,16 @@ class Session:
         self.options = dict(job.spec.options)
         self.gguf_type = self.options.get("weights") or FLOAT_TYPES[job.spec.dtype]
         self.gguf = ensure_gguf(job.checkpoint, self.gguf_type)
-        config = json.loads((Path(job.checkpoint) / "config.json").read_text())
+        config = self.config = json.loads((Path(job.checkpoint) / "config.json").read_text())
         self.head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
         self.reader = GraphReader(self.nodes.append, want=wanted_node)
         self.step = 0
-        self.model = self.ctx = None
+        self.model: Any = None
+        self.ctx: Any = None
+        self.vocab: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -124,6 +133,7 @@ class Session:
                 plans.append(Plan(full[:n], len(full) - n, 0, True, forced=full[n:]))
             else:
                 plans.append(Plan(prompt, req.max_tokens, req.arrival_step, ignore_eos))
+        check_window(self.config, max(len(p.prompt) + p.max_tokens for p in plans))
         self.open_context(sum(len(p.prompt) + p.max_tokens for p in plans), len(plans))
         return plans
 
@@ -239,22 +249,32 @@ class Session:
         }
 
 
+def check_window(config: dict, longest: int) -> None:
+    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none."""
+    window = config.get("sliding_window")
+    if config["model_type"] in NO_SLIDING_WINDOW and window and longest > window:
+        raise ValueError(
+            f"llama.cpp runs {config['model_type']} as llama, without its {window}-token sliding window: "
+            f"sequences of {longest} tokens would differ from the reference for that reason alone"
+        )
+
+
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
-    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at inp_embd)."""
+    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at its embedding)."""
     out: list[list[GraphNode]] = []
     for node in nodes:
-        if node.name == "inp_embd" or not out:
+        if node.name == EMBED_NODE or not out:
             out.append([])
         out[-1].append(node)
     return out
 
 
 def ubatch_tokens(nodes: list[GraphNode]) -> int:
-    """Tokens of one graph evaluation: the rows of its embedding."""
-    embed = next((n for n in nodes if n.name == "inp_embd"), None)
+    """Tokens of one graph evaluation: the rows (ne[1]) of its embedding."""
+    embed = next((n for n in nodes if n.name == EMBED_NODE), None)
     if embed is None:
-        raise RuntimeError("a graph evaluation without inp_embd: cannot tell its tokens")
-    return embed.shape[0]
+        raise RuntimeError(f"a graph evaluation without {EMBED_NODE!r}: cannot tell its tokens")
+    return embed.ne[1]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
