@@ -121,6 +121,8 @@ def test_first_error_reads_gcc_and_cmake_failures():
     assert (
         first_error(log, Path("/c/slots/0/src")) == "ggml/src/ggml.c:120: 'y' undeclared (first use in this function)"
     )
+    coloured = "\x1b[01m\x1b[K/x/src/ops.cpp:7:3:\x1b[m\x1b[K \x1b[01;31m\x1b[Kerror: \x1b[m\x1b[K'eps' undeclared\n"
+    assert first_error(coloured, Path("/x/src")) == "ops.cpp:7: 'eps' undeclared"
     cmake = "CMake Error at ggml/src/CMakeLists.txt:12 (add_library):\n  Cannot find source file:\n"
     assert first_error(cmake, Path("/x")) == "ggml/src/CMakeLists.txt:12: Cannot find source file:"
     assert first_error("ld: something broke\n", Path("/x")) == "ld: something broke"

@@ -66,6 +66,7 @@ INSTALL_TIMEOUT_S = 3600.0
 SLOTS = 2
 SKIP_DIRS = {".git", "__pycache__", "build"}
 COMPILER_ERROR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<what>.*)$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*[mK]")
 CMAKE_ERROR = re.compile(r"^CMake Error at (?P<file>[^:\s]+):(?P<line>\d+)[^\n]*\n\s*(?P<what>[^\n]*)", re.M)
 
 
@@ -217,6 +218,7 @@ def launcher() -> list[str]:
 
 def first_error(log: str, src: Path) -> str:
     """The build log's first compiler (or CMake) error, its file made relative to the tree. Pure."""
+    log = ANSI.sub("", log)  # a compiler told to colour its diagnostics
     for pattern in (COMPILER_ERROR, CMAKE_ERROR):
         m = pattern.search(log)
         if m:
