@@ -270,7 +270,8 @@ def _publish(libs: Path, out: Path, record: dict) -> None:
 
 def worker_env(tree: str | Path | None) -> dict[str, str]:
     """The runner's hook (tools.engines.worker_vars): a worker running a llama.cpp tree loads that
-    tree's build. A tree that does not build is an EngineRunError ('crash'): a bisection `skip`."""
+    tree's build. A tree that does not build is an EngineRunError ('crash', or 'timeout' for a build
+    that ran out of time): a bisection `skip` either way."""
     if not tree or llama_root(tree) is None:
         return {}  # no tree under test: the installed package's own libraries
     from tools.engines.runner import EngineRunError
@@ -278,7 +279,7 @@ def worker_env(tree: str | Path | None) -> dict[str, str]:
     try:
         return {"LLAMA_CPP_LIB_PATH": str(build_tree(tree))}
     except BuildError as e:
-        raise EngineRunError(str(e), "crash", e.log) from None
+        raise EngineRunError(str(e), "crash" if e.lasting else "timeout", e.log) from None
 
 
 def fetch_sdist() -> Path:
