@@ -112,15 +112,15 @@ def test_llama_cpp_tokenizes_like_the_checkpoints_tokenizer():
 def test_graph_reader_reads_nodes_sources_and_quantized_leaves():
     """Every node of a q8_0 graph: the logits node equals llama.cpp's own logits, a weight leaf
     equals the GGUF's dequantized tensor, sources are named."""
-    from tools.engines.llamacpp.ggml import GraphReader
     from tools.engines.llamacpp.session import Session
 
     sc = from_dict(scenario(weights="q8_0"))
-    with Session(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)))) as s:
-        s.reader = GraphReader(s.nodes.append, read_leaves=True)  # every node, and the leaves
+    with Session(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model))), capture_all=True) as s:
         s.open_context(32, 1)
         logits = s.decode([(0, [5, 17, 42], 0)])[0]
-        nodes, leaves, gguf = list(s.nodes), s.reader.leaves, s.gguf
+        assert s.graphs is not None and len(s.graphs) == 1
+        nodes, leaves, gguf = s.graphs[0], s.reader.leaves, s.gguf
+    assert len(nodes) > 70 and any(n.op == "SET_ROWS" for n in nodes)  # every node, KV cache writes included
     out = [n for n in nodes if n.name == "result_output"][-1]
     np.testing.assert_array_equal(out.data, logits)
     assert out.op == "MUL_MAT" and out.srcs == ("output.weight", out.srcs[1]) and out.shape == (3, 512)

@@ -38,6 +38,7 @@ FULL = [(a, d, {}) for a in ("llama", "qwen2") for d in ("float32", "float16")] 
     ("qwen2", "float32", {"n_ubatch": 4}),
     ("llama", "float32", {"flash_attn": True}),
     ("llama", "float16", {"flash_attn": True}),
+    ("qwen2", "float32", {"cache_type": "f16"}),  # llama.cpp's default cache under F32 weights
     ("mistral", "float16", {}),  # 24 tokens: inside its 32-token window (llama.cpp runs it as llama)
 ]
 

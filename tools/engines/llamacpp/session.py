@@ -44,7 +44,10 @@ def _log_errors_only(level: int, text: bytes, _user_data) -> None:
 
 
 class Session:
-    def __init__(self, job: RunJob):
+    """`capture_all`: read every graph node and leaf (not only the tap nodes) and keep each step's
+    nodes in `graphs` (with the leaves in `reader.leaves`): what an op-level drill-down replays."""
+
+    def __init__(self, job: RunJob, capture_all: bool = False):
         import llama_cpp
 
         self.ll, self.job = llama_cpp, job
@@ -56,7 +59,8 @@ class Session:
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
-        self.reader = GraphReader(self.nodes.append, want=wanted_node)
+        self.graphs: list[list[GraphNode]] | None = [] if capture_all else None
+        self.reader = GraphReader(self.nodes.append, want=None if capture_all else wanted_node, read_leaves=capture_all)
         self.step = 0
         self.model: Any = None
         self.ctx: Any = None
@@ -94,7 +98,10 @@ class Session:
         cparams.cb_eval_user_data = None
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            raise RuntimeError("llama.cpp could not create a context")
+            raise RuntimeError(
+                "llama.cpp could not create a context (a quantized cache_type needs flash_attn and a head_dim "
+                "that is a multiple of the quant block, 32)"
+            )
 
     def __exit__(self, *exc) -> None:
         if self.ctx:
@@ -207,6 +214,8 @@ class Session:
         finally:
             ll.llama_batch_free(batch)
         self.record(rows)
+        if self.graphs is not None:
+            self.graphs.append(list(self.nodes))
         n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         logits = np.ctypeslib.as_array(ll.llama_get_logits(self.ctx), shape=(len(rows), n_vocab)).copy()
         out, at = [], 0
@@ -235,8 +244,8 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
-        # llama.cpp multiplies quantized weights by activations quantized to 8-bit blocks
-        noise = {"noise_dtype": "bfloat16"} if self.options.get("weights") else {}
+        coarse = noise_dtype(self.options, self.job.spec.dtype)
+        noise = {"noise_dtype": coarse} if coarse else {}
         return {
             **weights,
             **noise,
@@ -247,6 +256,19 @@ class Session:
             "steps": self.step,
             "teacher_forced": self.job.teacher is not None,
         }
+
+
+def noise_dtype(options: dict, dtype: str) -> str | None:
+    """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
+    quantized weights are multiplied by activations quantized to 8-bit blocks, a quantized K/V
+    cache holds 8 bits or fewer (both as coarse as bfloat16); CPU flash attention casts K/V to f16
+    and accumulates V in f16, and so does an f16 cache under F32 weights."""
+    cache = options.get("cache_type", FLOAT_TYPES[dtype])
+    if options.get("weights") or cache not in ("f32", "f16"):
+        return "bfloat16"
+    if dtype == "float32" and (options.get("flash_attn") or cache == "f16"):
+        return "float16"
+    return None
 
 
 def check_window(config: dict, longest: int) -> None:

@@ -3,14 +3,14 @@
 llama.cpp names graph tensors through its graph callback: `<name>-<layer>` inside a layer, plain
 `<name>` outside (src/llama-graph.cpp, src/models/<arch>.cpp). A name can sit on several nodes:
 `Qcur-0` is the projection (MUL_MAT, then ADD with a bias), its reshaped view, and the RoPE'd
-tensor. A tap takes the *last* node of its name whose op fits (NODE_TAPS: None = any computed op):
+tensor. A tap takes the *last* node of its name whose op fits (NODE_TAPS: None = any op but a view):
 
     embd            GET_ROWS (+scale) embed                  (first node of every graph evaluation)
     attn_norm-i     MUL (norm*weight) layers.i.attn_norm
     Qcur-i / Kcur-i not ROPE          layers.i.attn.q / .k   (bias added where the arch has one)
     Qcur-i / Kcur-i ROPE              layers.i.attn.q_rot / .k_rot
     Vcur-i          not ROPE          layers.i.attn.v
-    kqv_out-i                         layers.i.attn.out      (heads merged, before wo)
+    kqv_out-i       CONT | RESHAPE    layers.i.attn.out      (heads merged, before wo; RESHAPE with flash attention)
     attn_out-i                        layers.i.attn.o_proj   (qwen2 leaves it unnamed: the MUL_MAT
                                                              by blk.i.attn_output.weight, WEIGHT_TAPS)
     ffn_inp-i                         layers.i.resid_mid
@@ -46,7 +46,7 @@ NODE_TAPS: dict[str, list[tuple[str, tuple[str, ...] | None, tuple[str, ...]]]] 
     "Qcur": [("attn.q", None, ("ROPE",)), ("attn.q_rot", ("ROPE",), ())],
     "Kcur": [("attn.k", None, ("ROPE",)), ("attn.k_rot", ("ROPE",), ())],
     "Vcur": [("attn.v", None, ("ROPE",))],
-    "kqv_out": [("attn.out", None, ())],
+    "kqv_out": [("attn.out", ("CONT", "RESHAPE"), ())],  # RESHAPE: of the flash-attention output
     "attn_out": [("attn.o_proj", None, ())],
     "ffn_inp": [("resid_mid", None, ())],
     "ffn_norm": [("mlp_norm", None, ())],
@@ -88,13 +88,11 @@ def weight_tap(node: GraphNode) -> str | None:
 
 def node_tap(node: GraphNode) -> str | None:
     """A computed node -> the canonical tap it gives (None: none, or a view of one)."""
-    if node.op in VIEW_OPS:
-        return None
     if node.name.startswith(UNNAMED):
         return weight_tap(node)
     base, layer = base_name(node.name)
     for tap, ops, not_ops in NODE_TAPS.get(base, ()):
-        if (ops is None or node.op in ops) and node.op not in not_ops:
+        if (node.op in ops if ops is not None else node.op not in VIEW_OPS) and node.op not in not_ops:
             if tap in GLOBAL_TAPS:
                 return tap if layer is None else None
             return None if layer is None else f"layers.{layer}.{tap}"
