@@ -154,10 +154,10 @@ def find_good_ref(text: str) -> str | None:
 # reference engine); the lookarounds skip model names ("llama-2-7b-chat-hf"), hub urls ("huggingface.co/")
 # pins ("transformers==4.38") and Spaces (a hosted demo, engine unknown).
 _HF = r"(?<![\w./-])(?:hf|hugging ?face|(?:sentence[- ])?transformers|peft)(?![\w./=-])(?!\s+spaces?\b)"
-_OTHER_ENGINES = {
+_OTHER_ENGINES = {  # built-in engines by their registry names ("llama.cpp" also read as "llamacpp"), then others
+    **{name: re.escape(name).replace(r"\.", r"\.?") for name in BUILTIN if name != DEFAULT_ENGINE},
     "vllm": r"vllm",
     "sglang": r"sglang",
-    "llama.cpp": r"llama\.?cpp",
     "ollama": r"ollama",
     "lm studio": r"lm ?studio",
     "tensorrt-llm": r"tensorrt-llm|trt-llm",
