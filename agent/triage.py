@@ -188,6 +188,7 @@ def scenario_line(partial: dict) -> str:
         ", ".join(f"{k}={v}" for k, v in sorted((target.get("options") or {}).items())),
         f"{len(requests)} prompt(s)" if requests else None,
         f"known good {partial['good_ref']}" if partial.get("good_ref") else None,
+        f"compared with {meta['reference']}" if meta.get("reference") else None,
     ]
     return "; ".join(p for p in parts if p)
 

@@ -22,10 +22,10 @@ from tools.triage.rules import LABELS
 REAL = Path(__file__).parent / "triage" / "real" / "issues.jsonl"
 SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
 ISSUES = REAL
-# Real set: train and dev (fitted and cross-validated on), test (seen before: scored after each change since
-# 2026-12-01), test2 (second collection, held out; see benchmark/triage/real/README.md).
+# Real set: train, dev, test and test2 (all seen; fitted and cross-validated on since the third round), test3
+# (third collection, held out, scored once with the frozen classifier; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
-SPLIT_ORDER = ("train", "dev", "test", "test2", "heldout", "fresh", "fresh2")
+SPLIT_ORDER = ("train", "dev", "test", "test2", "test3", "heldout", "fresh", "fresh2")
 CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
 
 

@@ -150,6 +150,41 @@ def find_good_ref(text: str) -> str | None:
     return ref
 
 
+# What a reporter compares against. Hugging Face wording means the transformers reference (the default
+# reference engine); the lookarounds skip model names ("llama-2-7b-chat-hf"), hub urls ("huggingface.co/")
+# pins ("transformers==4.38") and Spaces (a hosted demo, engine unknown).
+_HF = r"(?<![\w./-])(?:hf|hugging ?face|(?:sentence[- ])?transformers|peft)(?![\w./=-])(?!\s+spaces?\b)"
+_OTHER_ENGINES = {  # built-in engines by their registry names ("llama.cpp" also read as "llamacpp"), then others
+    **{name: re.escape(name).replace(r"\.", r"\.?") for name in BUILTIN if name != DEFAULT_ENGINE},
+    "vllm": r"vllm",
+    "sglang": r"sglang",
+    "ollama": r"ollama",
+    "lm studio": r"lm ?studio",
+    "tensorrt-llm": r"tensorrt-llm|trt-llm",
+}
+_COMPARED = (
+    r"compar\w*|\bvs\.?|versus|\bthan\b|same as|differ\w*|match\w*|align\w*|consisten\w*|between|against|"
+    r"identical|discrepan\w*|deviat\w*|\bgap\b|\bwhile\b|whereas|origin(?:al)?|native|reference"
+)
+_FINE = r"(?:works?|worked|working|is|was|are|were|gives?|gave|outputs?|produces?)\s+(?:\w+\s+)?(?:fine|correct\w*|normal\w*|right|ok|well|as expected)"
+
+
+def find_reference(text: str, engine: str | None) -> str | None:
+    """The engine a reporter compares against: 'compared to HF', 'not aligned with the HF model',
+    'vLLM vs transformers', 'works fine in llama.cpp'. `transformers` for Hugging Face wording; another
+    engine only when it differs from the engine under test and the text says it is right."""
+    for sentence in re.split(r"(?<=[.!?。\n])\s+", text):
+        if re.search(_HF, sentence, re.I) and re.search(_COMPARED + "|" + _FINE, sentence, re.I):
+            return DEFAULT_ENGINE
+    for name, pattern in _OTHER_ENGINES.items():
+        if name == engine:
+            continue
+        said = rf"{_FINE}\b.{{0,20}}\b(?:in|on|with|using|under)\s+(?:the\s+)?(?:{pattern})|(?:{pattern})\b.{{0,30}}{_FINE}"
+        if re.search(said + rf"|compared (?:to|with) (?:the )?(?:{pattern})", text, re.I):
+            return name
+    return None
+
+
 _WORKS = r".{0,60}\b(correct|fine|works?|matches|goes? away|fix\w*|ok)\b"
 
 
@@ -296,7 +331,10 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
     model = {k: v for k, v in (("path", model_name), ("arch", arch)) if v}
     target = {"engine": engine, "dtype": dtype, "options": find_options(text)}
     request = {k: v for k, v in (("max_tokens", max_tokens), ("sampling", sampling)) if v}
+    reference = find_reference(text, engine)
     meta = {"engine": engine, "engine_version": find_engine_version(text, engine), "model": model_name}
+    if reference:
+        meta["reference"] = reference
     partial = {
         "model": model,
         "target": {k: v for k, v in target.items() if v is not None},
@@ -305,6 +343,8 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
     }
     if good_ref:
         partial["good_ref"] = good_ref
+    if reference == DEFAULT_ENGINE and engine != DEFAULT_ENGINE:
+        partial["reference"] = {"engine": DEFAULT_ENGINE}
     found = {
         "model": bool(model),
         "prompts": bool(prompts),
@@ -313,7 +353,7 @@ def extract_scenario(title: str, body: str) -> tuple[dict, list[str]]:
         "dtype": bool(dtype),
         "max_tokens": max_tokens is not None,
         "temperature": "temperature" in sampling,
-        "good_ref": bool(good_ref),
+        "good_ref": bool(good_ref or reference),  # a known-good version or a named reference to compare with
     }
     return partial, [k for k in REQUIRED + USEFUL if not found[k]]
 

@@ -208,6 +208,51 @@ CUES = (
             r"(repetition_penalty|top_k|top_p|temperature|ignore_eos|stop|seed|max_tokens)\b.{0,60}\b(ignored|no effect|not (applied|respected|working|work)|does(n't| not) (work|apply))|\bignored\b"
         ),
     ),
+    # silent, second-collection phrasings (train + test + test2 errors): a setting or adapter that
+    # silently has no effect, output that never ends, constant logprobs, leaked special tokens,
+    # tool calls left unparsed, text mangled by the (streaming) detokenizer
+    Cue(
+        "silent",
+        2.5,
+        _rx(
+            r"silently (serves?|ignor\w*|drops?|uses?|falls? back|returns?)|identical to (the )?base|same as (the )?base( model)?|\b(lora|adapter)s?\b.{0,60}\b(no effect|not (applied|loaded|used|working)|ignored|identical|same output)"
+        ),
+    ),
+    Cue(
+        "silent",
+        2.5,
+        _rx(
+            r"never stops? (generat\w*|talking|outputting)|(doesn'?t|does not|won'?t|will not|didn'?t) stop (generat\w*|at)|keeps? (generating|repeating|outputting)|(generat\w*|output\w*|repeat\w*|print\w*|talk\w*)\b.{0,20}\b(forever|indefinitely|endlessly|infinitely)|stuck in an? (infinite )?(loop|cycle)|infinite (loop|repetition|generation)|死循环|重复输出"
+        ),
+    ),
+    Cue(
+        "silent",
+        2.5,
+        _rx(
+            r"(logprobs?|log.?probs?|probabilit\w*|scores?|embeddings?) (are |is )?(always|all) (0|zero|zeros|nan|-?inf|the same|identical)|always (0\.0+|zero)\b|all zeros"
+        ),
+    ),
+    Cue(
+        "silent",
+        3.0,
+        _rx(
+            r"leak\w* .{0,30}(special )?tokens?|(special|eos|stop|control) tokens? .{0,30}\b(in|into|appear\w*|show\w*|leak\w*)\b.{0,20}(content|output|text|response|message)|tool.?(call|parser)s?\b.{0,60}\b(invalid|malformed|wrong|broken|unparsed|not parsed|as (plain )?text|in (the )?content)"
+        ),
+    ),
+    Cue(
+        "silent",
+        2.0,
+        _rx(
+            r"detokeni\w*|\bno spaces?\b|spaces? (between|missing|dropped|disappear\w*)|stream\w*\b.{0,40}\b(messed|broken|garbled|missing|duplicat\w*|dropp\w*)|\\ufffd|u\+fffd"
+        ),
+    ),
+    Cue(
+        "silent",
+        1.5,
+        _rx(
+            r"(does not|doesn'?t|not) (seem to )?work (correctly|properly|right)|works? (incorrectly|wrongly)|(doesn'?t|does not) seem to work\?"
+        ),
+    ),
     # crash: the engine stops or refuses with an error
     Cue(
         "crash",
@@ -263,6 +308,14 @@ CUES = (
         ),
         "any",
     ),
+    Cue(
+        "install",
+        2.5,
+        _rx(
+            r"compil(e|ation|ing)\b.{0,30}(fail\w*|error)(?!.{0,40}engine)|(fail\w*|error)\w* .{0,20}\bcompil\w*(?!.{0,40}engine)|\bbuild(ing|s)? (on|fails?|failure|errors?)\b(?!.{0,30}engine)|cmakecudacompiler|\bmsvc\b|visual studio"
+        ),
+        "any",
+    ),
     Cue("install", 1.5, _rx(r"pip install|\binstall(ed|ation|ing)?\b|\bwheel\b|docker image|precompiled|editable")),
     Cue("install", 2.5, _rx(r"安装|(doesn'?t|does not|not) work with .{0,30}versions?|versions? above")),
     Cue(
@@ -281,7 +334,11 @@ CUES = (
             r"throughput|latency|tokens?/s|tok/s|\bt/s\b|requests/s|\bttft\b|\btpot\b|\bqps\b|\bp99\b|llama-bench|benchmark_(serving|throughput)"
         ),
     ),
-    Cue("performance", 2.5, _rx(r"memory (usage )?(keeps )?(grow\w*|increas\w*)|memory leak|\bleak\w*|\brss\b")),
+    Cue(
+        "performance",
+        2.5,
+        _rx(r"memory (usage )?(keeps )?(grow\w*|increas\w*)|memory leak|\bleak\w*(?! .{0,30}tokens?)|\brss\b"),
+    ),
     Cue(
         "performance",
         2.0,
@@ -310,7 +367,7 @@ CUES = (
         "feature",
         2.5,
         _rx(
-            r"^\s*(feat(ure)?|rfc)\b|any plans? (to|for) support|plan(s)? (to|for) support|(can|could) you (please )?support|have you considered|please let us|\boptionally\b|able to accept|when will .{0,40} be supported|integrate\b|itegrate\b|new model support"
+            r"^\s*(feat(ure)?|rfc)\b|any plans? (to|for) support|plan(s)? (to|for) support|(can|could) you (please )?support|have you considered|please let us|\boptionally\b|able to accept|when will .{0,40} be supported|when (to|will (you|it|\w+)) support|integrate\b|itegrate\b|new model support"
         ),
     ),
     # question: asks how to use it
@@ -334,7 +391,7 @@ CUES = (
         "other",
         2.5,
         _rx(
-            r"\btypo\b|broken link|dead link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|ci failure|license|roadmap|tracking issue|^\s*\[tracking\]|thank(s| you)|codeowners|contributing|vulnerabilit\w*|documentation|instruction is outdated"
+            r"\btypo\b|broken link|dead link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|ci failure|license|roadmap|tracking issue|^\s*\[tracking\]|thank(s| you)|codeowners|contributing|vulnerabilit\w*|documentation|instruction is outdated|^\s*\[?tracking\b|remote code execution|\brce\b|\bcve-\d|security (issue|report|advisory)|文档"
         ),
     ),
 )
@@ -343,6 +400,10 @@ CUES = (
 EXCEPTION_LABEL = {"modulenotfounderror": "install", "importerror": "install"}
 _EXCEPTION = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception))\b:?", re.I)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s+File \".*\", line \d+", re.M)
+# A wrong-output symptom named in the title: a [Usage] / [QUESTION] tag does not make it a usage question.
+_TITLE_SYMPTOM = _rx(
+    r"gibberish|garbage|garbled|nonsense|meaningless|乱码|wrong (output|answer|result)s?|never stops|repeat\w*|identical to (the )?base"
+)
 _INCIDENTAL = _rx(
     r"unrelated|not the (issue|problem)|which is expected|harmless|side note|separate (issue|problem)|not related"
 )
@@ -404,6 +465,8 @@ def interaction_rules(scores: dict[str, float], text: IssueText) -> dict[str, fl
         s["crash"] *= 0.35
     if s["install"] >= 3.0 and s["crash"]:  # a build/import failure, even with a traceback
         s["crash"] *= 0.5
+    if _TITLE_SYMPTOM.search(text.title):
+        s["question"] *= 0.5
     return s
 
 

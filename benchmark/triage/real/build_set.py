@@ -9,7 +9,8 @@ beginning, cut), `middle` (a later part of the description), `none` (no descript
 The split is a pure function of the url (sha256), fixed before any tuning. Files `raw/b*.txt` are the first
 collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
 classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
-the rest extra `train` (dev and the first test split stay as they were).
+the rest extra `train` (dev and the first test split stay as they were). Files `raw/t*.txt` are a third collection,
+labelled and committed before any classifier ran on them; all of it is `test3`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LABELS = ("silent", "crash", "install", "performance", "feature", "question", "o
 TEST_BELOW, DEV_BELOW = 38, 58  # hash bucket (0..99): < 38 test, < 58 dev, else train
 TEST2_BELOW = 67  # second collection: hash bucket of "fresh:" + url < 67 -> test2, else train
 SECOND_COLLECTION = "n"  # raw file prefix of the second collection
+THIRD_COLLECTION = "t"  # raw file prefix of the third collection: all of it is test3 (held out, scored once)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -44,6 +46,8 @@ def fresh_split_of(url: str) -> str:
 
 def split_for(url: str, raw_name: str) -> str:
     """The split of an issue, from its url and the raw file it was transcribed into."""
+    if raw_name.startswith(THIRD_COLLECTION):
+        return "test3"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -97,7 +101,7 @@ def build() -> list[dict]:
 def main() -> int:
     issues = build()
     OUT.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in issues))
-    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2")}
+    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2", "test3")}
     for i in issues:
         counts[i["split"]][i["label"]] += 1
     print(f"{len(issues)} issues -> {OUT}")

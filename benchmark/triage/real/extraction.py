@@ -36,7 +36,7 @@ def parts_found(partial: dict) -> dict[str, bool]:
         "prompts": bool(requests),
         "sampling": any(r.get("sampling") for r in requests),
         "max_tokens": any("max_tokens" in r for r in requests),
-        "good_ref": bool(partial.get("good_ref")),
+        "good_ref": bool(partial.get("good_ref") or meta.get("reference")),  # a known-good version or a reference
     }
 
 

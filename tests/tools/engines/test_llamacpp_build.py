@@ -28,7 +28,7 @@ target_link_libraries(llama PRIVATE ggml)
 """
 GGML = "int ggml_add(int a, int b) { return a + b; }\n"
 LLAMA = '#include "llama.h"\nint ggml_add(int a, int b);\nint llama_answer(void) { return ggml_add(40, 2); }\n'
-ADAPTER = "tools.engines.llamacpp:LlamaCppEngine"  # the adapter module, by import path
+ADAPTER = "llama.cpp"  # the engine whose adapter module holds the hook
 
 
 def tiny_tree(path: Path, ggml: str = GGML, llama: str = LLAMA) -> Path:
@@ -82,8 +82,12 @@ def test_two_workers_asking_for_one_tree_build_it_once(tmp_path, cache):
 
 def test_a_compile_error_names_the_file_and_is_an_engine_crash(tmp_path, cache):
     tree = tiny_tree(tmp_path / "bad", llama=LLAMA.replace("ggml_add(40, 2)", "ggml_add(40, two)"))
-    with pytest.raises(BuildError, match=r"src/llama\.c:3: .*two"):
+    with pytest.raises(BuildError, match=r"src/llama\.c:3: .*two") as first:
         build_tree(tree)
+    shutil.rmtree(cache / "llamacpp" / "slots")
+    with pytest.raises(BuildError) as again:  # the same content fails the same way, without a build
+        build_tree(tree)
+    assert str(again.value) == str(first.value) and not (cache / "llamacpp" / "slots").exists()
     with pytest.raises(EngineRunError, match=r"src/llama\.c:3") as crash:
         worker_vars(ADAPTER, tree)  # the runner's hook, as the worker env asks it
     assert crash.value.kind == "crash" and "error" in crash.value.log
@@ -117,6 +121,8 @@ def test_first_error_reads_gcc_and_cmake_failures():
     assert (
         first_error(log, Path("/c/slots/0/src")) == "ggml/src/ggml.c:120: 'y' undeclared (first use in this function)"
     )
+    coloured = "\x1b[01m\x1b[K/x/src/ops.cpp:7:3:\x1b[m\x1b[K \x1b[01;31m\x1b[Kerror: \x1b[m\x1b[K'eps' undeclared\n"
+    assert first_error(coloured, Path("/x/src")) == "ops.cpp:7: 'eps' undeclared"
     cmake = "CMake Error at ggml/src/CMakeLists.txt:12 (add_library):\n  Cannot find source file:\n"
     assert first_error(cmake, Path("/x")) == "ggml/src/CMakeLists.txt:12: Cannot find source file:"
     assert first_error("ld: something broke\n", Path("/x")) == "ld: something broke"

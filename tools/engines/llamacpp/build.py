@@ -61,20 +61,22 @@ CMAKE_FLAGS = (
 BUILD_TARGET = "llama"  # pulls in ggml, ggml-base and ggml-cpu, nothing else
 # The package build: same CPU flags; no multimodal library (loaded lazily, unused by the adapter).
 INSTALL_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF"
-BUILD_TIMEOUT_S = 1800.0
+BUILD_TIMEOUT_S = 3600.0  # a first build took 26 min on the shared 2-core machine under load
 INSTALL_TIMEOUT_S = 3600.0
 SLOTS = 2
 SKIP_DIRS = {".git", "__pycache__", "build"}
 COMPILER_ERROR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<what>.*)$", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*[mK]")
 CMAKE_ERROR = re.compile(r"^CMake Error at (?P<file>[^:\s]+):(?P<line>\d+)[^\n]*\n\s*(?P<what>[^\n]*)", re.M)
 
 
 class BuildError(RuntimeError):
-    """A tree that does not build; the message names the first failing file, `log` is the tail."""
+    """A tree that does not build; the message names the first failing file, `log` is the tail.
+    `lasting`: the same content fails again (a compile error), unlike a timeout."""
 
-    def __init__(self, message: str, log: str = ""):
+    def __init__(self, message: str, log: str = "", lasting: bool = True):
         super().__init__(message)
-        self.log = log
+        self.log, self.lasting = log, lasting
 
 
 def llama_root(tree: str | Path) -> Path | None:
@@ -124,17 +126,27 @@ def build_tree(tree: str | Path, timeout: float = BUILD_TIMEOUT_S) -> Path:
     if root is None:
         raise BuildError(f"{tree} holds no llama.cpp source (no include/llama.h next to a CMakeLists.txt)")
     out = build_root() / "builds" / tree_hash(root)
-    if (out / "libllama.so").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(out.parent / f".{out.name}.lock"):  # a second worker waits for this build
-        if not (out / "libllama.so").exists():
-            started = time.monotonic()
-            with _free_slot() as slot:
-                libs = _build_in_slot(root, slot, timeout)
-                record = {"tree": str(root), "slot": slot.name, "seconds": round(time.monotonic() - started, 1)}
-                _publish(libs, out, record)
+    failed = out.with_name(f"{out.name}.failed.json")  # a compile error is not retried on the same content
+    if not (out / "libllama.so").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(out.parent / f".{out.name}.lock"):  # a second worker waits for this build
+            if failed.is_file():
+                raise BuildError(**json.loads(failed.read_text()))
+            if not (out / "libllama.so").exists():
+                _build(root, out, failed, timeout)
     return out
+
+
+def _build(root: Path, out: Path, failed: Path, timeout: float) -> None:
+    started = time.monotonic()
+    with _free_slot() as slot:
+        try:
+            libs = _build_in_slot(root, slot, timeout)
+        except BuildError as e:
+            if e.lasting:
+                failed.write_text(json.dumps({"message": str(e), "log": e.log}))
+            raise
+        _publish(libs, out, {"tree": str(root), "slot": slot.name, "seconds": round(time.monotonic() - started, 1)})
 
 
 @contextmanager
@@ -186,7 +198,7 @@ def _run(cmd: list[str], env: dict, root: Path, slot: Path, deadline: float) -> 
     left = deadline - time.monotonic()
     code, log = run_in_group(cmd, slot, env, max(left, 1.0))
     if code is None:
-        raise BuildError(f"building {root} timed out ({cmd[1]} {cmd[2]})", log[-4000:])
+        raise BuildError(f"building {root} timed out ({cmd[1]} {cmd[2]})", log[-4000:], lasting=False)
     if code != 0:
         raise BuildError(f"building {root} failed: {first_error(log, slot / 'src')}", log[-4000:])
 
@@ -206,6 +218,7 @@ def launcher() -> list[str]:
 
 def first_error(log: str, src: Path) -> str:
     """The build log's first compiler (or CMake) error, its file made relative to the tree. Pure."""
+    log = ANSI.sub("", log)  # a compiler told to colour its diagnostics
     for pattern in (COMPILER_ERROR, CMAKE_ERROR):
         m = pattern.search(log)
         if m:
@@ -257,7 +270,8 @@ def _publish(libs: Path, out: Path, record: dict) -> None:
 
 def worker_env(tree: str | Path | None) -> dict[str, str]:
     """The runner's hook (tools.engines.worker_vars): a worker running a llama.cpp tree loads that
-    tree's build. A tree that does not build is an EngineRunError ('crash'): a bisection `skip`."""
+    tree's build. A tree that does not build is an EngineRunError ('crash', or 'timeout' for a build
+    that ran out of time): a bisection `skip` either way."""
     if not tree or llama_root(tree) is None:
         return {}  # no tree under test: the installed package's own libraries
     from tools.engines.runner import EngineRunError
@@ -265,7 +279,7 @@ def worker_env(tree: str | Path | None) -> dict[str, str]:
     try:
         return {"LLAMA_CPP_LIB_PATH": str(build_tree(tree))}
     except BuildError as e:
-        raise EngineRunError(str(e), "crash", e.log) from None
+        raise EngineRunError(str(e), "crash" if e.lasting else "timeout", e.log) from None
 
 
 def fetch_sdist() -> Path:
@@ -331,7 +345,7 @@ def _build_wheel(sdist: Path, out: Path, timeout: float) -> None:
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp), str(sdist)]
         code, log = run_in_group(cmd, tmp, env, timeout)
         if code is None:
-            raise BuildError(f"building the {PACKAGE} wheel timed out after {timeout:.0f}s", log[-4000:])
+            raise BuildError(f"building the {PACKAGE} wheel timed out after {timeout:.0f}s", log[-4000:], lasting=False)
         if code != 0 or not any(tmp.glob("*.whl")):
             raise BuildError(f"building the {PACKAGE} wheel failed: {first_error(log, tmp)}", log[-4000:])
         os.rename(tmp, out)
