@@ -2,7 +2,11 @@
 
 For engines with swappable kernels, the kernel is found by bisecting the set of kernels
 swapped to their native twins (⌈log2 K⌉ + 1 probes): the divergence vanishes exactly when
-the faulty kernel runs native.
+the faulty kernel runs native. An engine without native twins that can judge its own graph ops
+(Capabilities.op_checks) is run once more with every op compared against the same op recomputed in
+fp64 from the inputs it was given: the first op over its tolerance, in graph order, computes wrong
+(its downstream ops are given wrong inputs but compute right from them), and the adapter names the
+function that computes it.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ def drill_down(repro: Reproduction, prober: Prober, target_source: Path | None, 
         return drill
     before = prober.engine_runs
     drill.kernel = find_kernel(repro, prober, target_source, drill.evidence)
+    if drill.kernel is None and _judges_ops(repro, target_source):
+        drill.op = find_wrong_op(repro, prober, target_source, drill.evidence)
+        drill.kernel = drill.op["op"] if drill.op else None
     drill.engine_runs = prober.engine_runs - before
     return drill
 
@@ -91,3 +98,37 @@ def _diverges(repro: Reproduction, prober: Prober, source: Path | None, native: 
         return prober.probe(repro.scenario, source, native_kernels=native).diverged
     except EngineRunError:
         return True
+
+
+def _judges_ops(repro: Reproduction, source: Path | None) -> bool:
+    try:
+        return engine_capabilities(repro.scenario.target.engine, source).op_checks
+    except Exception:  # the kernel search said why already
+        return False
+
+
+def find_wrong_op(repro: Reproduction, prober: Prober, source: Path | None, evidence: list[str]) -> dict | None:
+    """One target run judging every op on its own inputs -> the first wrong op (dict from the
+    adapter: op, name, ratio, error, floor, file, function, callers), or None when every op is right."""
+    try:
+        checks = prober.run_target(repro.scenario, source, taps=[], op_checks=True).meta.get("op_checks") or {}
+    except EngineRunError as e:
+        evidence.append(f"op checks failed: {e}")
+        return None
+    if not checks.get("judged"):
+        return None
+    wrong = checks.get("wrong") or []
+    if not wrong:
+        evidence.append(f"every one of {checks['judged']} ops computes right from its own inputs: not a kernel")
+        return None
+    evidence.append(op_line(wrong[0], checks["judged"]))
+    return wrong[0]
+
+
+def op_line(op: dict, judged: int) -> str:
+    where = f", computed by {op['function']} in {op['file']}" if op.get("function") else ""
+    return (
+        f"first op that computes wrong from its own inputs: {op['op']} (node {op['name'] or '?'}){where}: "
+        f"error {op['error']:.3g} against its fp64 recompute, {op['ratio']:.3g}x its noise floor "
+        f"({judged} ops judged in graph order)"
+    )

@@ -111,6 +111,7 @@ def build_report(
             "component": drill.component,
             "pattern": drill.pattern,
             "evidence": drill.evidence,
+            "op": drill.op,
         }
     if culprit is not None:
         report["bisection"] = {

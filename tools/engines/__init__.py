@@ -153,3 +153,17 @@ def worker_paths(engine: str, tree: str | Path | None) -> list[str]:
         return []
     hook = getattr(module, "worker_paths", None)
     return list(hook(tree)) if hook is not None else []
+
+
+def worker_vars(engine: str, tree: str | Path | None) -> dict[str, str]:
+    """Environment variables the engine's worker needs for `tree` (where a native build of the tree
+    lies): the adapter module's optional `worker_env(tree)`, asked before the worker starts. The hook
+    may take minutes (a build) and raises EngineRunError for a tree that cannot run."""
+    if not tree:
+        return {}
+    try:
+        module = importlib.import_module(engine_path(engine).split(":")[0])
+    except (ImportError, UnknownEngineError):
+        return {}
+    hook = getattr(module, "worker_env", None)
+    return dict(hook(tree)) if hook is not None else {}

@@ -38,6 +38,9 @@ class Capabilities:
     option_aliases: dict = field(default_factory=dict)  # alias -> the option name the engine takes
     package: str = ""  # the importable package a --target-source root must hold ("": none checked)
     accepted_options: tuple[str, ...] | None = None  # options the tree takes, aliases included; None: any
+    # judges each op of its compute graph against the op recomputed in fp64 from the op's own inputs
+    # (RunJob.op_checks): the kernel drill-down of an engine without native twins
+    op_checks: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -69,6 +72,9 @@ class RunJob:
     function_checks: str | None = (
         None  # judge the functions under this dir by their contracts (tools.hypotheses.contracts)
     )
+    # judge every op against its fp64 recompute (Capabilities.op_checks), trace meta "op_checks"; the
+    # value is the tree under test's root, where the functions computing the ops are named ("": none)
+    op_checks: str | None = None
 
     def to_json(self) -> dict:
         return {
@@ -82,6 +88,7 @@ class RunJob:
             "coverage_root": self.coverage_root,
             "replace": self.replace,
             "function_checks": self.function_checks,
+            "op_checks": self.op_checks,
         }
 
     @classmethod
@@ -97,6 +104,7 @@ class RunJob:
             coverage_root=d.get("coverage_root"),
             replace=d.get("replace"),
             function_checks=d.get("function_checks"),
+            op_checks=d.get("op_checks"),
         )
 
 

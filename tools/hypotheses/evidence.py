@@ -55,7 +55,9 @@ class DrillDown:
     tap: str  # first divergent tap
     layer: int | None
     component: str  # tools.probe.taps.component(tap): attention, rotary, norm, sampler…
-    kernel: str | None = None  # swappable kernel whose native twin removes the divergence
+    kernel: str | None = None  # swappable kernel whose native twin removes the divergence, or the first wrong op
+    # the first op that computes wrong from its own inputs (RunJob.op_checks): op, name, ratio, file, function
+    op: dict | None = None
     pattern: dict = field(default_factory=dict)  # requests / positions / steps / decode-only / … clues
     evidence: list[str] = field(default_factory=list)
     engine_runs: int = 0

@@ -73,9 +73,13 @@ def trigger_words(trigger: str | None, drill: DrillDown, options: dict | None = 
 
 
 def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[set[str] | None, set[str]]:
-    """Functions ('file:qualname') run by the failing scenario, and by a passing one if known."""
+    """Functions ('file:qualname') run by the failing scenario, and by a passing one if known; None
+    when unknown (the engine failed, or the tree is native code the recorder cannot see)."""
     try:
-        failing = set(prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta.get("coverage", []))
+        meta = prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta
+        if "coverage" not in meta:
+            return None, set()
+        failing = set(meta["coverage"])
         passing = set()
         if repro.baseline is not None:
             passing = set(prober.run_target(repro.baseline, repo, taps=[], coverage=True).meta.get("coverage", []))
@@ -144,7 +148,9 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
     for sym in index_functions(index):
         key = f"{sym.file}:{sym.qualname}"
         ran = failing is not None and key in failing
-        if drill.kernel and words_match(sym, [drill.kernel]) and sym.file.count("ops"):
+        if drill.op is not None:
+            _add_op_evidence(cands, sym, drill.op)
+        elif drill.kernel and words_match(sym, [drill.kernel]) and sym.file.count("ops"):
             _get(cands, sym).add("kernel", f"implements kernel {drill.kernel}, whose native twin fixes it")
             if "native" in sym.qualname.lower():
                 _get(cands, sym).add("native_twin", "", None)
@@ -154,6 +160,15 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
             ran and (words_match(sym, comp_words) or words_match(sym, trig_words))
         ):
             _score_relevance(_get(cands, sym), sym, comp_words, trig_words, drill, failing, ran)
+
+
+def _add_op_evidence(cands, sym: Symbol, op: dict) -> None:
+    """The function the adapter named for the first op that computes wrong from its own inputs."""
+    what = f"op {op['op']} (node {op.get('name') or '?'}), the first op whose output is wrong on its own inputs"
+    if (sym.file, sym.qualname) == (op.get("file"), op.get("function")):
+        _get(cands, sym).add("kernel", f"computes {what}: {op['ratio']:.3g}x the noise floor of its fp64 recompute")
+    elif sym.file == op.get("file") and sym.qualname in op.get("helpers", []):
+        _get(cands, sym).add("kernel_helper", f"called by {op['function']}, which computes {what}")
 
 
 def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing, ran) -> None:

@@ -13,6 +13,7 @@ WEIGHTS = {
     "culprit": 6.0,
     "modified": 0.5,
     "kernel": 3.0,
+    "kernel_helper": 1.5,  # called by the function computing the first wrong op (drill-down op checks)
     "spectrum": 2.5,
     "component": 1.5,
     "trigger": 1.5,
@@ -98,6 +99,8 @@ def category_for(c: Candidate, drill: DrillDown, repro: Reproduction) -> str:
 def fix_hint(c: Candidate, drill: DrillDown) -> str:
     if "culprit" in c.kinds:
         return f"review and revert the culprit commit's change to {c.symbol.qualname}"
+    if "kernel" in c.kinds and drill.op is not None:
+        return f"check {c.symbol.qualname} against op {drill.op['op']} computed in fp64 on the same inputs"
     if "kernel" in c.kinds:
         return f"compare {c.symbol.qualname} with the native twin of {drill.kernel}; fall back to native until fixed"
     return f"check {c.symbol.qualname} against the reference's {drill.component} at {drill.tap}"

@@ -92,6 +92,7 @@ class Prober:
         coverage: bool = False,
         function_checks: bool = False,
         timeout: float | None = None,
+        op_checks: bool = False,
     ) -> Trace:
         """`timeout`: seconds for this run (default: the prober's)."""
         check_spec(scenario.target, self.device)  # an option the adapter cannot tap is refused before any engine starts
@@ -104,6 +105,7 @@ class Prober:
             native_kernels=list(native_kernels),
             coverage_root=str(source) if coverage and source else None,
             function_checks=str(source) if function_checks and source else None,
+            op_checks=(str(source) if source else "") if op_checks else None,
         )
         self.engine_runs += 1
         with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):

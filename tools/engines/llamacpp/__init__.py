@@ -132,6 +132,7 @@ class LlamaCppEngine:
             trigger_axes=TRIGGER_AXES,
             package=self.package,
             accepted_options=OPTIONS,
+            op_checks=True,  # no native twins: the kernel drill-down judges each ggml op (opcheck.py)
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
@@ -168,3 +169,11 @@ def library_file() -> str:
     from tools.engines.llamacpp.ggml import lib_dir, mapped_library
 
     return str(mapped_library("libllama") or Path(lib_dir()) / "libllama.so")
+
+
+def worker_env(tree: str | Path | None) -> dict[str, str]:
+    """The runner's hook (tools.engines.worker_vars): a worker running a tree under test loads that
+    tree's own build (tools/engines/llamacpp/build.py, imported lazily: `python -m` of it stays clean)."""
+    from tools.engines.llamacpp.build import worker_env as build_worker_env
+
+    return build_worker_env(tree)

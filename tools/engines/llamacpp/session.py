@@ -61,6 +61,11 @@ class Session:
         self.nodes: list[GraphNode] = []
         self.graphs: list[list[GraphNode]] | None = [] if capture_all else None
         self.reader = GraphReader(self.nodes.append, want=None if capture_all else wanted_node, read_leaves=capture_all)
+        if job.op_checks is not None:  # every op judged on its own inputs (opcheck.py), the taps as before
+            from tools.engines.llamacpp.opcheck import OpChecker
+
+            source = Path(job.op_checks) if job.op_checks else None
+            self.reader = OpChecker(self.nodes.append, wanted_node, source, self.gguf)
         self.step = 0
         self.model: Any = None
         self.ctx: Any = None
@@ -255,6 +260,7 @@ class Session:
             "gguf_type": self.gguf_type,
             "steps": self.step,
             "teacher_forced": self.job.teacher is not None,
+            **({"op_checks": self.reader.report()} if hasattr(self.reader, "report") else {}),
         }
 
 
