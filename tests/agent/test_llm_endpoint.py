@@ -91,9 +91,8 @@ def test_agent_run_with_a_real_weak_llm_keeps_the_measured_diagnosis(smollm, tmp
 
 
 @pytest.mark.slow
-def test_native_tool_calls_from_a_real_model_go_through_the_toolbox(smollm_tools, tmp_path):
-    """chatml-function-calling constrains the first tokens to a tool name or "message:", so the
-    model really calls the read-only tools; its final answers still fall back, measured first."""
+def test_agent_run_survives_a_tool_calling_server(smollm_tools, tmp_path):
+    """The same run against chatml-function-calling: tool rounds, then answers that still fall back."""
     baseline = diagnose(QUICK_CASE, tmp_path / "none", "none")
     (tmp_path / "run.toml").write_text(f"llm_answer_tokens = {ANSWER_TOKENS}\nllm_retries = 0\nmax_llm_calls = 12\n")
     before = len(smollm_tools.chat_requests())
@@ -101,6 +100,35 @@ def test_native_tool_calls_from_a_real_model_go_through_the_toolbox(smollm_tools
     assert_llm_was_used(report, smollm_tools, before)
     assert_fallbacks_recorded(report)
     assert report["hypotheses"][0]["function"] == baseline["hypotheses"][0]["function"]
+
+
+@pytest.mark.slow
+def test_native_tool_calls_from_a_real_model_go_through_the_toolbox(smollm_tools, tmp_path, monkeypatch):
+    """chatml-function-calling constrains the model's first tokens to a tool name or "message:",
+    so the model really calls the read-only tools; the verified candidate stays first whatever
+    it answers."""
+    from dataclasses import replace
+
+    from agent.llm import OpenAIChat, SourceTools
+    from agent.policies import LLMPolicy
+    from tests.agent.helpers import candidates, make_repo
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    tools = SourceTools(make_repo(tmp_path))
+    model = smollm_tools.client_env()["DIFFDX_LLM_MODEL"]
+    llm = OpenAIChat(
+        model=model, base_url=smollm_tools.url, timeout_s=600, answer_tokens=ANSWER_TOKENS, max_tool_rounds=2
+    )
+    policy = LLMPolicy(llm, lambda: tools, "Attention output differs from the reference after an upgrade.")
+    cands = candidates()
+    cands[1] = replace(cands[1], verified=True)
+    before = len(smollm_tools.chat_requests())
+    ranked = policy.rank(cands, {})
+    assert tools.log, smollm_tools.log_tail()  # native tool calls ran SourceTools
+    assert all(name in SourceTools.NAMES for name, _ in tools.log)
+    assert llm.usage.calls == len(smollm_tools.chat_requests()) - before > 0
+    assert (ranked[0].function, ranked[0].verified) == ("softmax", True)
+    assert_fallbacks_recorded({"llm_fallbacks": policy.fallbacks})
 
 
 def real_issues(n: int) -> list[dict]:
