@@ -60,10 +60,13 @@ class LlamaServer:
     """`python -m llama_cpp.server` as a context manager. `chat_format` None: the GGUF's own chat
     template; "chatml-function-calling": SmolLM2's ChatML with grammar-constrained tool calls."""
 
-    def __init__(self, chat_format: str | None = None, n_ctx: int = 8192, ready_s: float = 300.0):
+    def __init__(
+        self, chat_format: str | None = None, n_ctx: int = 8192, ready_s: float = 300.0, log: Path | None = None
+    ):
         self.chat_format, self.n_ctx, self.ready_s = chat_format, n_ctx, ready_s
         self.port = free_port()
-        self.log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+        # a test passes a file in its tmp dir (pytest prunes those); else a temp file that stays for post-mortems
+        self.log = log or Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
         self.proc: subprocess.Popen | None = None
 
     @property

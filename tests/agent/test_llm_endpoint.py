@@ -42,16 +42,17 @@ def diagnose(case: int, out: Path, llm: str, config: Path | None = None, env: di
 
 
 @pytest.fixture(scope="module")
-def smollm():
+def smollm(tmp_path_factory):
     """The GGUF's own chat template (SmolLM2's ChatML, tools ignored): answers are plain text."""
-    with LlamaServer() as server:
+    with LlamaServer(log=tmp_path_factory.mktemp("smollm") / "server.log") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def smollm_tools():
+def smollm_tools(tmp_path_factory):
     """ChatML with llama-cpp-python's grammar-constrained tool calls: the native tool path."""
-    with LlamaServer(chat_format="chatml-function-calling") as server:
+    log = tmp_path_factory.mktemp("smollm-tools") / "server.log"
+    with LlamaServer(chat_format="chatml-function-calling", log=log) as server:
         yield server
 
 
