@@ -9,6 +9,7 @@ hands it to every diagnosis, and both record it in args.json (`RunConfig.record`
 `Settings` is what the environment says (`Settings.from_env`), read once by each command line:
 
     DIFFDX_LLM_MODEL        the LLM model name (default DEFAULT_MODEL; --model wins)
+    DIFFDX_LLM_ANSWER_TOKENS  most tokens of one LLM answer (request max_tokens; the config file wins)
     OPENAI_BASE_URL         an OpenAI-compatible endpoint (docs/design.md §7)
     OPENAI_API_KEY          its key (never recorded)
     GITHUB_API_URL          GitHub's API (default api.github.com; --api-url wins)
@@ -60,6 +61,7 @@ class Settings:
     """What the environment says; read once per command line (`from_env`)."""
 
     llm_model: str | None = None
+    llm_answer_tokens: int | None = None
     endpoint: Endpoint = field(default_factory=Endpoint)
     github_api_url: str | None = None
     github_token: str | None = field(default=None, repr=False)
@@ -73,6 +75,7 @@ class Settings:
         source = env.get("DIFFDX_TARGET_SOURCE")
         return cls(
             llm_model=env.get("DIFFDX_LLM_MODEL") or None,
+            llm_answer_tokens=positive_int("DIFFDX_LLM_ANSWER_TOKENS", env.get("DIFFDX_LLM_ANSWER_TOKENS")),
             endpoint=Endpoint(env.get("OPENAI_BASE_URL") or None, env.get("OPENAI_API_KEY") or None),
             github_api_url=env.get("GITHUB_API_URL") or None,
             github_token=env.get("GITHUB_TOKEN") or None,
@@ -84,6 +87,15 @@ class Settings:
     def model(self, flag: str | None = None) -> str:
         """The model name: the flag, else $DIFFDX_LLM_MODEL, else DEFAULT_MODEL."""
         return flag or self.llm_model or DEFAULT_MODEL
+
+
+def positive_int(name: str, value: str | None) -> int | None:
+    """An environment variable holding a count; unset or empty: None. Pure."""
+    if not value:
+        return None
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UsageError(f"${name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def inherited(names: tuple[str, ...]) -> dict[str, str]:
@@ -101,6 +113,7 @@ class RunConfig:
     max_wall_s: float = 7200.0
     llm_timeout_s: float = 120.0
     llm_retries: int = 2  # per request, on 429 / connection errors
+    llm_answer_tokens: int | None = None  # most tokens of one answer (max_tokens); None: the endpoint's limit
     trigger_runs: int = 24  # engine runs the trigger search may spend
     verify_top: int = 6  # suspected changes checked by counterfactual (stops at the first that fixes it)
     device: str = "cpu"
@@ -118,6 +131,12 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise UsageError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.llm_answer_tokens is not None and (
+            not isinstance(self.llm_answer_tokens, int)
+            or isinstance(self.llm_answer_tokens, bool)
+            or self.llm_answer_tokens < 1
+        ):
+            raise UsageError(f"llm_answer_tokens must be a positive int, got {self.llm_answer_tokens!r}")
         if not isinstance(self.llm_retries, int) or self.llm_retries < 0:
             raise UsageError(f"llm_retries must be an int >= 0, got {self.llm_retries!r}")
         if self.trigger_runs > self.max_engine_runs:
@@ -142,6 +161,8 @@ class RunConfig:
         merged = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         settings = settings or Settings()
         merged["model"] = settings.model(merged.get("model"))
+        if merged.get("llm_answer_tokens") is None:
+            merged["llm_answer_tokens"] = settings.llm_answer_tokens
         return cls(**merged, endpoint=settings.endpoint)
 
     def record(self) -> dict:

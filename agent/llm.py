@@ -115,6 +115,7 @@ class OpenAIChat:
     max_calls: int = 40
     max_tokens: int = 400_000
     max_tool_rounds: int = 6
+    answer_tokens: int | None = None  # max_tokens of each request (None: the endpoint's own limit)
     mode: str = "tools"  # dropped to "json", then "plain", when the endpoint refuses
     usage: Usage = field(default_factory=Usage)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
@@ -158,6 +159,8 @@ class OpenAIChat:
 
     def _request(self, messages: list[dict], tools: ToolBox | None) -> dict:
         kwargs = {"model": self.model, "messages": messages, "temperature": 0.0}
+        if self.answer_tokens is not None:  # a weak local model may ramble until its context is full
+            kwargs["max_tokens"] = self.answer_tokens
         if tools is not None and self.mode == "tools":
             kwargs.update(tools=tools.specs(), tool_choice="auto")
             return kwargs

@@ -71,6 +71,7 @@ def make_session(inputs: Inputs, cfg: RunConfig, stages=None):
             retries=cfg.llm_retries,
             max_calls=cfg.max_llm_calls,
             max_tokens=cfg.max_llm_tokens,
+            answer_tokens=cfg.llm_answer_tokens,
         )
 
         def tools():
@@ -134,7 +135,12 @@ def diagnose_for_triage(issue: dict, scenario: Scenario | None, settings: Settin
     source = settings.target_source
     text = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}"
     use_llm = settings.triage_llm and settings.endpoint.base_url
-    cfg = RunConfig(llm="openai" if use_llm else "none", model=settings.model(), endpoint=settings.endpoint)
+    cfg = RunConfig(
+        llm="openai" if use_llm else "none",
+        model=settings.model(),
+        llm_answer_tokens=settings.llm_answer_tokens,
+        endpoint=settings.endpoint,
+    )
     return diagnose(Inputs(str(issue.get("number", "issue")), text, scenario, source, source), cfg)
 
 

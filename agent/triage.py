@@ -388,7 +388,7 @@ def make_reader(llm: str, model: str | None, settings: Settings) -> Reader:
 
     if not settings.endpoint.base_url:
         raise BadInput("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
-    return Reader(OpenAITriageLLM(settings.model(model), settings.endpoint))
+    return Reader(OpenAITriageLLM(settings.model(model), settings.endpoint, settings.llm_answer_tokens))
 
 
 def make_context(args, settings: Settings, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:

@@ -77,17 +77,22 @@ def merge_extraction(rules: dict, llm: dict | None) -> dict:
 
 
 class OpenAITriageLLM:
-    def __init__(self, model: str = DEFAULT_MODEL, endpoint: Endpoint | None = None):
+    def __init__(self, model: str = DEFAULT_MODEL, endpoint: Endpoint | None = None, answer_tokens: int | None = None):
         from openai import OpenAI  # only when an LLM is asked for
 
         endpoint = endpoint or Endpoint()
         self.client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", max_retries=2)
         self.model = model
+        self.answer_tokens = answer_tokens  # max_tokens of each request (None: the endpoint's own limit)
 
     def ask(self, template: str, **ctx) -> str | None:
         try:
+            limit = {"max_tokens": self.answer_tokens} if self.answer_tokens else {}
             resp = self.client.chat.completions.create(
-                model=self.model, temperature=0.0, messages=[{"role": "user", "content": render(template, **ctx)}]
+                model=self.model,
+                temperature=0.0,
+                messages=[{"role": "user", "content": render(template, **ctx)}],
+                **limit,
             )
             return resp.choices[0].message.content
         except Exception as e:  # the rules still answer

@@ -48,6 +48,24 @@ def test_plain_answer_and_usage_accounting():
     assert (llm.usage.calls, llm.usage.tokens_in, llm.usage.tokens_out) == (2, 22, 14)
     assert server.requests[0]["messages"][0] == {"role": "system", "content": "sys"}
     assert "tools" not in server.requests[0]
+    assert "max_tokens" not in server.requests[0]  # no cap unless the config sets one
+
+
+def test_answer_tokens_cap_every_request(repo):
+    """llm_answer_tokens (a weak local model may ramble until its context is full) reaches each
+    request, tool rounds included."""
+    from agent.config import RunConfig, Settings, UsageError
+
+    with ScriptedLLM([tool_call("search_symbols", query="rope"), answer({"order": [0]})]) as server:
+        llm = chat(server, answer_tokens=32)
+        assert llm.ask("sys", "user", SourceTools(repo)) == {"order": [0]}
+    assert [r["max_tokens"] for r in server.requests] == [32, 32]
+    settings = Settings.from_env({"DIFFDX_LLM_ANSWER_TOKENS": "64"})
+    assert RunConfig.from_file(None, settings).llm_answer_tokens == 64
+    with pytest.raises(UsageError):
+        Settings.from_env({"DIFFDX_LLM_ANSWER_TOKENS": "-3"})
+    with pytest.raises(UsageError):
+        RunConfig(llm_answer_tokens=0)
 
 
 def test_tool_loop_runs_read_only_tools_then_answers(repo):
