@@ -268,7 +268,9 @@ def patch_suspects(state: DiagnosisState, session: Session, hypotheses: list) ->
     from tools.hypotheses.verify import verify_patch
 
     repro = routed(state["reproduction"], "reproduction")
-    for h in [h for h in hypotheses if h.file.endswith(".py")][:LLM_PATCH_TOP]:
+    from tools.source.index import language_of
+
+    for h in [h for h in hypotheses if language_of(h.file)][:LLM_PATCH_TOP]:  # a native tree is rebuilt per probe
         suspect = suspect_view(state, h)
         patch = propose(suspect) if suspect else None
         if patch and verify_patch(session.repo, h, repro, session.prober, patch).verified:
@@ -286,6 +288,7 @@ def suspect_view(state: DiagnosisState, h) -> dict | None:
         "file": h.file,
         "function": h.function,
         "source": index.read(symbol),
+        "language": symbol.language,
         "start_line": symbol.start_line,
         "end_line": symbol.end_line,
         "evidence": [str(e) for e in h.evidence[:6]],

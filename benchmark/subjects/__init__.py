@@ -27,6 +27,7 @@ SKIP_SUFFIXES = (".pyc", ".pyo")
 SUBJECTS = {
     "tinyserve": "benchmark.subjects:tinyserve",
     "transformers": "benchmark.subjects:transformers",
+    "llama.cpp": "benchmark.subjects.llamacpp:subject",
 }
 
 

@@ -33,10 +33,11 @@ BUILTIN = {
     "transformers": "tools.engines.hf:HFEngine",
     "tinyserve": "tools.engines.tinyserve:TinyServeEngine",
     "refmodel": "tools.engines.refmodel:RefModelEngine",
+    "llama.cpp": "tools.engines.llamacpp:LlamaCppEngine",
 }
 DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
 # How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
-MENTIONS = {"transformers": r"\bmodel\.generate\("}
+MENTIONS = {"transformers": r"\bmodel\.generate\(", "llama.cpp": r"llama-(server|cli|bench)|\.gguf\b"}
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 CAPABILITIES_TIMEOUT_S = 300.0
 # Installed third-party modules an engine worker's zygote imports ahead of its runs (package ->
@@ -152,3 +153,17 @@ def worker_paths(engine: str, tree: str | Path | None) -> list[str]:
         return []
     hook = getattr(module, "worker_paths", None)
     return list(hook(tree)) if hook is not None else []
+
+
+def worker_vars(engine: str, tree: str | Path | None) -> dict[str, str]:
+    """Environment variables the engine's worker needs for `tree` (where a native build of the tree
+    lies): the adapter module's optional `worker_env(tree)`, asked before the worker starts. The hook
+    may take minutes (a build) and raises EngineRunError for a tree that cannot run."""
+    if not tree:
+        return {}
+    try:
+        module = importlib.import_module(engine_path(engine).split(":")[0])
+    except (ImportError, UnknownEngineError):
+        return {}
+    hook = getattr(module, "worker_env", None)
+    return dict(hook(tree)) if hook is not None else {}

@@ -29,6 +29,16 @@ from pathlib import Path
 from types import CodeType, FrameType
 
 
+def has_python_source(root: str) -> bool:
+    """Whether any Python file lies under `root` (stops at the first): the recorders here see
+    Python frames only, so on a native tree (C, C++) their empty set would be no evidence."""
+    for _dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__")]
+        if any(name.endswith(".py") for name in filenames):
+            return True
+    return False
+
+
 @contextmanager
 def function_coverage(root: str | None) -> Iterator[set[tuple[str, str]]]:
     """Yields a set that holds (relpath, qualname) of every function under `root` that ran, once the

@@ -43,7 +43,7 @@ class EngineRunError(RuntimeError):
 
 
 def worker_env(source_root: str | Path | None, threads: int | None = None, engine: str | None = None) -> dict:
-    from tools.engines import worker_paths
+    from tools.engines import worker_paths, worker_vars
 
     env = dict(os.environ)
     paths = [str(Path(source_root).resolve())] if source_root else []  # the worker runs in another cwd
@@ -53,6 +53,7 @@ def worker_env(source_root: str | Path | None, threads: int | None = None, engin
         os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
     ]  # adapters (docs/engines.md)
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(worker_vars(engine, source_root) if engine else {})  # e.g. where the tree's native build lies
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
     if threads:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tools.engines.funccov import function_coverage
+from tools.engines.funccov import function_coverage, has_python_source
 from tools.engines.functaps import function_taps
 from tools.hypotheses.contracts import contract_for, judge, sampling_context
 
@@ -31,6 +31,17 @@ def capabilities(engine: str, out_path: str) -> int:
     return 0
 
 
+def native_trees(job) -> dict[str, str]:
+    """Python-only evidence the job asks for on a tree that holds no Python source -> why it is
+    skipped (an empty record would read as "no function ran"; a skipped one is unknown)."""
+    asked = {"coverage": job.coverage_root, "function_checks": job.function_checks}
+    return {
+        key: f"records Python functions only, and {root} holds no Python source"
+        for key, root in asked.items()
+        if root and not has_python_source(root)
+    }
+
+
 def main(job_path: str, out_dir: str) -> int:
     import torch
 
@@ -43,11 +54,15 @@ def main(job_path: str, out_dir: str) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     job = RunJob.from_json(json.loads(Path(job_path).read_text()))
     started = time.monotonic()
-    with function_coverage(job.coverage_root) as covered, function_taps(job.function_checks, wanted) as calls:
+    skipped = native_trees(job)  # the recorders see Python frames only: no evidence from a C/C++ tree
+    coverage_root = None if "coverage" in skipped else job.coverage_root
+    checks_root = None if "function_checks" in skipped else job.function_checks
+    with function_coverage(coverage_root) as covered, function_taps(checks_root, wanted) as calls:
         trace = get_engine(job.spec.engine).run(job)
-    if job.coverage_root:
+    trace.meta.update({f"{key}_skipped": why for key, why in skipped.items()})
+    if coverage_root:
         trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
-    if job.function_checks:
+    if checks_root:
         trace.meta["function_checks"] = judge(calls, sampling_context(job.scenario))
     saving = time.monotonic()
     trace_io.save(trace, out_dir)

@@ -73,9 +73,13 @@ def trigger_words(trigger: str | None, drill: DrillDown, options: dict | None = 
 
 
 def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[set[str] | None, set[str]]:
-    """Functions ('file:qualname') run by the failing scenario, and by a passing one if known."""
+    """Functions ('file:qualname') run by the failing scenario, and by a passing one if known; None
+    when unknown (the engine failed, or the tree is native code the recorder cannot see)."""
     try:
-        failing = set(prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta.get("coverage", []))
+        meta = prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta
+        if "coverage" not in meta:
+            return None, set()
+        failing = set(meta["coverage"])
         passing = set()
         if repro.baseline is not None:
             passing = set(prober.run_target(repro.baseline, repo, taps=[], coverage=True).meta.get("coverage", []))

@@ -25,7 +25,7 @@ from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
-from tools.source.index import open_index, parse_file
+from tools.source.index import definition, open_index
 
 FIX_PROBES_PER_FUNCTION = 12  # template edits tried on one function
 FIX_PROBES_PER_CASE = 24  # template edits tried in one diagnosis
@@ -84,13 +84,11 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
 def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:
     """Splice `old_text` over the current definition of `qualname` in tree/file. Only that function
     changes, unlike a hunk revert, which also undoes neighbours that share the hunk."""
-    from tools.source.index import parse_file
-
     path = tree / file
-    if not path.exists() or not file.endswith(".py"):
+    if not path.exists():
         return False
     data = path.read_bytes()
-    current = next((s for s in parse_file(file, data, "python")[0] if s.qualname == qualname), None)
+    current = definition(file, data, qualname)  # any language the index reads: the engine rebuilds a native tree
     if current is None:
         return False
     lines = data.decode("utf-8").splitlines(keepends=True)
@@ -383,7 +381,7 @@ def function_text(tree: Path, file: str, qualname: str) -> str | None:
     if not path.exists():
         return None
     data = path.read_bytes()
-    symbol = next((s for s in parse_file(file, data, "python")[0] if s.qualname == qualname), None)
+    symbol = definition(file, data, qualname)
     if symbol is None:
         return None
     lines = data.decode("utf-8").splitlines(keepends=True)

@@ -102,6 +102,8 @@ def reference_checkpoint(model: dict, weights: dict | None = None) -> Path:
     path = ensure_checkpoint(model)
     if not weights:
         return path
+    if weights.get("checkpoint"):  # the target's adapter wrote the dequantized copy itself (its own scheme)
+        return Path(weights["checkpoint"])
     from tools.probe.quant import DEFAULT_GROUP_SIZE, ensure_dequantized
 
     return ensure_dequantized(path, weights["scheme"], int(weights.get("group_size", DEFAULT_GROUP_SIZE)))

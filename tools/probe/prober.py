@@ -197,7 +197,9 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
     from tools.probe.sampler_taps import sampler_stats
 
-    dtype = scenario.target.dtype
+    # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
+    # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
+    dtype = target.meta.get("noise_dtype") or scenario.target.dtype
     stats = compare.tap_stats(align(target, low, high), dtype) + sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
@@ -205,9 +207,9 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     if first is None and texts:
         first = text_divergence_record(target, texts)
     return ProbeResult(
-        dtype=dtype,
+        dtype=scenario.target.dtype,
         first=first,
-        tokens=greedy_token_divergence(scenario, target, high),
+        tokens=greedy_token_divergence(scenario, target, high, dtype),
         layers=compare.layer_table(stats),
         divergent_taps=taps,
         engine_runs=0,
@@ -246,7 +248,7 @@ def text_divergence_record(target: Trace, requests: list[int]) -> compare.Diverg
     )
 
 
-def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> dict[int, int]:
+def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace, dtype: str = "") -> dict[int, int]:
     from tools.probe.align import index
 
     logits = index(high)
@@ -263,7 +265,7 @@ def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace) -> d
             len(target.outputs[r].prompt_ids),
             rows.tensor,
             rows.positions,
-            compare.TOKEN_MARGIN[scenario.target.dtype],
+            compare.TOKEN_MARGIN[dtype or scenario.target.dtype],
         )
         if pos is not None:
             out[r] = pos

@@ -1,6 +1,6 @@
 """A tree-sitter index of an engine's source: symbols, call edges, diff hunks -> functions.
 
-Python and C++/CUDA (`.cpp .cc .cu .cuh .h .hpp`). Qualified names follow docs/design.md §5:
+Python, C (`.c`) and C++/CUDA (`.cpp .cc .cu .cuh .h .hpp`). Qualified names follow docs/design.md §5:
 `Class.method`, `function`, nested `outer.inner`; C++ uses the same dots (`Foo::bar` is
 `Foo.bar`, namespaces are left out as Python leaves out the module), and `find` accepts
 either spelling. Lines are 1-based and inclusive; a decorated or templated definition
@@ -28,7 +28,16 @@ import tree_sitter as ts
 
 from tools.history.gitrepo import parse_unified_diff, resolve, tree_files
 
-LANGUAGES = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cu": "cpp", ".cuh": "cpp", ".h": "cpp", ".hpp": "cpp"}
+LANGUAGES = {
+    ".py": "python",
+    ".c": "c",
+    ".cpp": "cpp",
+    ".cc": "cpp",
+    ".cu": "cpp",
+    ".cuh": "cpp",
+    ".h": "cpp",
+    ".hpp": "cpp",
+}
 SKIP_DIRS = {
     ".git",
     "__pycache__",
@@ -53,6 +62,11 @@ QUERIES = {
     "cpp": """
         (function_definition declarator: (_) @name) @function
         (class_specifier name: (_) @name body: (_)) @class
+        (struct_specifier name: (_) @name body: (_)) @class
+        (call_expression function: (_) @call)
+    """,
+    "c": """
+        (function_definition declarator: (_) @name) @function
         (struct_specifier name: (_) @name body: (_)) @class
         (call_expression function: (_) @call)
     """,
@@ -114,10 +128,11 @@ class SourceIndex(Protocol):
 
 @functools.cache
 def _query(language: str) -> tuple[ts.Parser, ts.Query]:
+    import tree_sitter_c
     import tree_sitter_cpp
     import tree_sitter_python
 
-    module = {"python": tree_sitter_python, "cpp": tree_sitter_cpp}[language]
+    module = {"python": tree_sitter_python, "cpp": tree_sitter_cpp, "c": tree_sitter_c}[language]
     lang = ts.Language(module.language())
     return ts.Parser(lang), ts.Query(lang, QUERIES[language])
 
@@ -135,6 +150,20 @@ def parse_file(path: str, data: bytes, language: str) -> tuple[list[Symbol], dic
             kind_node = (caps["function"] if "function" in caps else caps["class"])[0]
             defs.append((kind_node, caps["name"][0], "class" if "class" in caps else "function"))
     return _sweep(path, data, language, defs, calls)
+
+
+def language_of(path: str) -> str | None:
+    """The language the index parses a file in, by its suffix; None for a file it does not read."""
+    return LANGUAGES.get(os.path.splitext(path)[1])
+
+
+def definition(path: str, data: bytes, qualname: str) -> Symbol | None:
+    """The first definition of `qualname` in one file's bytes (C may define a function once per
+    `#if` branch: the first is the one a restore and a read agree on), or None."""
+    language = language_of(path)
+    if language is None:
+        return None
+    return next((s for s in parse_file(path, data, language)[0] if s.qualname == qualname), None)
 
 
 def _sweep(path, data, language, defs, calls) -> tuple[list[Symbol], dict[str, list[str]]]:

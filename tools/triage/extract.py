@@ -26,7 +26,6 @@ USEFUL = ("engine", "engine_version", "dtype", "max_tokens", "temperature", "goo
 ENGINES = {
     "vllm": r"\bvllm\b|SamplingParams|--max-num-seqs|--enable-(prefix-caching|chunked-prefill)|enable_prefix_caching|--kv-cache-dtype|tensor_parallel_size",
     "sglang": r"\bsglang\b|radix.cache",
-    "llama.cpp": r"llama\.cpp|llama-(server|cli|bench)|\.gguf\b",
     "tensorrt-llm": r"tensorrt-llm|trt-llm|trtllm",
     **{name: rf"\b{re.escape(name)}\b" + (f"|{MENTIONS[name]}" if name in MENTIONS else "") for name in BUILTIN},
 }

@@ -143,7 +143,7 @@ def test_the_toy_adapter_is_found_only_where_the_worker_looks():
 
 
 def test_unknown_engine_names_list_the_known_ones():
-    with pytest.raises(UnknownEngineError, match="known engines: refmodel, tinyserve, transformers"):
+    with pytest.raises(UnknownEngineError, match="known engines: llama.cpp, refmodel, tinyserve, transformers"):
         get_engine("vllm")
     with pytest.raises(EngineRunError, match="unknown engine 'vllm'"):
         run_engine(job("vllm"), timeout=120)
