@@ -116,13 +116,11 @@ def test_graph_reader_reads_nodes_sources_and_quantized_leaves():
     from tools.engines.llamacpp.session import Session
 
     sc = from_dict(scenario(weights="q8_0"))
-    nodes = []
     with Session(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)))) as s:
-        s.reader = GraphReader(nodes.append, read_leaves=True)
+        s.reader = GraphReader(s.nodes.append, read_leaves=True)  # every node, and the leaves
         s.open_context(32, 1)
         logits = s.decode([(0, [5, 17, 42], 0)])[0]
-        leaves = s.reader.leaves
-        gguf = s.gguf
+        nodes, leaves, gguf = list(s.nodes), s.reader.leaves, s.gguf
     out = [n for n in nodes if n.name == "result_output"][-1]
     np.testing.assert_array_equal(out.data, logits)
     assert out.op == "MUL_MAT" and out.srcs == ("output.weight", out.srcs[1]) and out.shape == (3, 512)
@@ -160,3 +158,36 @@ def test_options_it_cannot_tap_are_refused_in_one_line():
         spec = from_dict(scenario(dtype=dtype, **options)).target
         with pytest.raises(ValueError, match=words):
             engine.check_options(spec)
+
+
+def test_a_build_named_by_llama_cpp_lib_path_is_the_one_run(tmp_path, monkeypatch):
+    """The worker drives (and reads graphs through) the libs in LLAMA_CPP_LIB_PATH, not the package's."""
+    import shutil
+    from pathlib import Path
+
+    import llama_cpp
+
+    from tools.engines.runner import run_engine
+
+    build = tmp_path / "build"
+    shutil.copytree(Path(llama_cpp.__file__).parent / "lib", build)
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))
+    sc = from_dict(scenario())
+    trace = run_engine(RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)), taps=["logits"]), timeout=300)
+    assert trace.meta["source"] == str(build / "libllama.so")
+    assert trace.taps() == ["logits"] and [len(o.output_ids) for o in trace.outputs] == [4, 4]
+
+
+def test_mistral_runs_as_llama_and_a_sequence_past_its_window_is_refused():
+    from tools.engines.llamacpp.session import Session
+
+    sc = from_dict(scenario("mistral"))
+    ckpt = str(ensure_checkpoint(sc.model))
+    with Session(RunJob(sc, sc.target, ckpt)) as s:
+        s.drive(s.plans())  # 7 + 4 tokens: inside the 32-token window
+        assert {r.name for r in s.records} >= {"layers.1.attn.q_rot", "logits"}
+    long = scenario("mistral")
+    long["workload"]["requests"][0]["max_tokens"] = 40
+    sc = from_dict(long)
+    with Session(RunJob(sc, sc.target, ckpt)) as s, pytest.raises(ValueError, match="sliding window"):
+        s.plans()

@@ -28,13 +28,18 @@ def scenario(arch: str, dtype: str, **options) -> dict:
     }
 
 
-CONFIGS = [("llama", "float32", {}), ("qwen2", "float16", {}), ("llama", "float32", {"weights": "q8_0"})]
+# the fast subset: one float GGUF per arch, one of them with quantized weights (each probe ~45 s here)
+CONFIGS = [("llama", "float32", {}), ("qwen2", "float16", {"weights": "q8_0"})]
 FULL = [(a, d, {}) for a in ("llama", "qwen2") for d in ("float32", "float16")] + [
+    ("llama", "float32", {"weights": "q8_0"}),
     ("qwen2", "float32", {"weights": "q8_0"}),
-    ("llama", "float16", {"weights": "q8_0"}),
     ("llama", "float32", {"weights": "q4_0"}),
+    ("qwen2", "float32", {"weights": "q5_0"}),
     ("qwen2", "float32", {"n_ubatch": 4}),
     ("llama", "float32", {"flash_attn": True}),
+    ("llama", "float16", {"flash_attn": True}),
+    ("qwen2", "float32", {"cache_type": "f16"}),  # llama.cpp's default cache under F32 weights
+    ("mistral", "float16", {}),  # 24 tokens: inside its 32-token window (llama.cpp runs it as llama)
 ]
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tools.engines.protocol import Capabilities, RunJob
-from tools.probe.taps import matches
+from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
+from tools.probe.taps import matches, order_key
 from tools.probe.trace import TapRecord, Trace
 from tools.scenario import EngineSpec
 
@@ -41,6 +41,42 @@ OPTIONS = ("weights", "cache_type", "flash_attn", "n_ubatch", "n_threads")
 SAMPLING_KEYS = ("temperature", "ignore_eos", "seed", "logprobs", "top_k", "top_p", "min_p")  # moot when greedy
 FLASH_ATTN = {False: 0, True: 1}  # LLAMA_FLASH_ATTN_TYPE_DISABLED / _ENABLED
 LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR: quieter levels are dropped from the worker's log
+
+
+# Features that hide bugs until they are on, cheapest first (tools/reproduce.py switches them on).
+TRIGGER_AXES = (
+    TriggerAxis(
+        "small_ubatch",
+        {"n_ubatch": 8},
+        "ubatches of 8 tokens, long prompt: one decode spans several graph evaluations",
+        "ubatch splitting",
+        ("ubatch", "n ubatch", "batch size", "batch split", "split"),
+        "long_prompt",
+    ),
+    TriggerAxis(
+        "flash_attn",
+        {"flash_attn": True},
+        "flash attention on",
+        "flash attention",
+        ("flash attn", "flash attention", "fattn", "fa on"),
+    ),
+    TriggerAxis(
+        "q8_0",
+        {"weights": "q8_0"},
+        "weights stored as q8_0",
+        "q8_0 weights",
+        ("q8 0", "q8", "8 bit", "int8"),
+        alone=True,
+    ),
+    TriggerAxis(
+        "q4_0",
+        {"weights": "q4_0"},
+        "weights stored as q4_0",
+        "q4_0 weights",
+        ("q4 0", "q4", "4 bit", "int4"),
+        alone=True,
+    ),
+)
 
 
 def check_spec_options(spec: EngineSpec) -> None:
@@ -93,6 +129,7 @@ class LlamaCppEngine:
             taps=TAPS,
             teacher_forcing=True,
             dtypes=DTYPES,
+            trigger_axes=TRIGGER_AXES,
             package=self.package,
             accepted_options=OPTIONS,
         )
@@ -111,7 +148,8 @@ class LlamaCppEngine:
         with Session(job) as session:
             plans = session.plans()
             session.drive(plans)
-            records = [r for r in session.records if matches(r.name, job.taps)]
+            kept = [r for r in session.records if matches(r.name, job.taps)]
+            records = sorted(kept, key=lambda r: (r.step, order_key(r.name), r.request))  # a Trace's order
             outputs = [session.request_output(p) for p in plans]
             meta = session.meta()
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)

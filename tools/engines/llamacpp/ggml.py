@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -76,7 +76,6 @@ class GraphNode:
     op_params: bytes  # the 64 raw bytes of op_params
     ne: tuple[int, ...] = (1, 1, 1, 1)  # ggml's own ne[0..3]
     index: int = 0  # read order within the reader (ask=False calls), across graph evaluations
-    extra: dict = field(default_factory=dict)
 
 
 def lib_dir() -> Path:
@@ -93,10 +92,10 @@ def mapped_library(stem: str) -> Path | None:
     if not maps.exists():
         return None
     for line in maps.read_text().splitlines():
-        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-        name = Path(path).name
-        if name.startswith(stem + ".") or name.startswith(stem + "-") and name.endswith(".so"):
-            return Path(path)
+        parts = line.split(maxsplit=5)
+        name = Path(parts[5]).name if len(parts) == 6 else ""
+        if name == f"{stem}.so" or name.startswith(f"{stem}.so."):
+            return Path(parts[5])
     return None
 
 
@@ -149,7 +148,7 @@ def to_numpy(t: GgmlTensor, raw: np.ndarray) -> np.ndarray:
 
 def _strided(raw: np.ndarray, dtype: np.dtype, ne: tuple, nb: tuple) -> np.ndarray:
     # raw bytes + ggml ne/nb (elements / byte strides, fastest first) -> contiguous [ne3, ne2, ne1, ne0]
-    padded = np.zeros(raw.nbytes + dtype.itemsize, dtype=np.uint8)  # view() needs whole items at the end
+    padded: np.ndarray = np.zeros(raw.nbytes + dtype.itemsize, dtype=np.uint8)  # view() needs whole items at the end
     padded[: raw.nbytes] = raw
     base = padded[: (padded.nbytes // dtype.itemsize) * dtype.itemsize].view(dtype)
     x = np.lib.stride_tricks.as_strided(base, shape=ne[::-1], strides=nb[::-1], writeable=False)

@@ -2,7 +2,7 @@
 
 Written with the `gguf` package the way llama.cpp's own convert_hf_to_gguf.py writes these archs:
 
-- llama: q/k projection rows permuted per head (HF rotates halves, llama.cpp's llama arch rotates
+- llama (and mistral, as llama): q/k projection rows permuted per head (HF rotates halves, llama.cpp's llama arch rotates
   adjacent pairs; PERMUTED_ROPE), so a tap of q/k read from llama.cpp is un-permuted (taps.py);
 - qwen2: NEOX rotation, weights as they are (q/k/v biases included);
 - 1-D tensors (norms, biases) stay F32; 2-D ones take the GGUF type (F32, F16 or a quant type);
@@ -31,8 +31,11 @@ import numpy as np
 FLOAT_TYPES = {"float32": "f32", "float16": "f16"}  # scenario dtype -> GGUF float type
 QUANT_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 GGUF_TYPES = ("f32", "f16", *QUANT_TYPES)
-ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2"}  # HF model_type -> gguf.MODEL_ARCH member
-PERMUTED_ROPE = ("llama",)  # archs whose q/k rows llama.cpp wants pair-interleaved per head
+# HF model_type -> gguf.MODEL_ARCH member; mistral is converted to llama, as convert_hf_to_gguf does
+ARCHS = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2"}
+PERMUTED_ROPE = ("llama", "mistral")  # archs whose q/k rows llama.cpp wants pair-interleaved per head
+# archs whose llama.cpp graph has no sliding window: a sequence longer than the HF window is refused
+NO_SLIDING_WINDOW = ("mistral",)
 GGUF_FILE = "model.gguf"
 TWIN_DIR = "reference"
 

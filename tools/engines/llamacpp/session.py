@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,14 @@ from tools.engines.llamacpp import (
     tap_record,
 )
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
-from tools.engines.llamacpp.gguf_convert import FLOAT_TYPES, PERMUTED_ROPE, ensure_gguf, twin_checkpoint
-from tools.engines.llamacpp.taps import graph_taps, wanted_node
+from tools.engines.llamacpp.gguf_convert import (
+    FLOAT_TYPES,
+    NO_SLIDING_WINDOW,
+    PERMUTED_ROPE,
+    ensure_gguf,
+    twin_checkpoint,
+)
+from tools.engines.llamacpp.taps import EMBED_NODE, graph_taps, wanted_node
 from tools.engines.protocol import RunJob
 from tools.probe.trace import RequestOutput, TapRecord
 
@@ -44,14 +51,16 @@ class Session:
         self.options = dict(job.spec.options)
         self.gguf_type = self.options.get("weights") or FLOAT_TYPES[job.spec.dtype]
         self.gguf = ensure_gguf(job.checkpoint, self.gguf_type)
-        config = json.loads((Path(job.checkpoint) / "config.json").read_text())
+        config = self.config = json.loads((Path(job.checkpoint) / "config.json").read_text())
         self.head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         self.permuted = config["model_type"] in PERMUTED_ROPE
         self.records: list[TapRecord] = []
         self.nodes: list[GraphNode] = []
         self.reader = GraphReader(self.nodes.append, want=wanted_node)
         self.step = 0
-        self.model = self.ctx = None
+        self.model: Any = None
+        self.ctx: Any = None
+        self.vocab: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -85,7 +94,10 @@ class Session:
         cparams.cb_eval_user_data = None
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            raise RuntimeError("llama.cpp could not create a context")
+            raise RuntimeError(
+                "llama.cpp could not create a context (a quantized cache_type needs flash_attn and a head_dim "
+                "that is a multiple of the quant block, 32)"
+            )
 
     def __exit__(self, *exc) -> None:
         if self.ctx:
@@ -124,6 +136,7 @@ class Session:
                 plans.append(Plan(full[:n], len(full) - n, 0, True, forced=full[n:]))
             else:
                 plans.append(Plan(prompt, req.max_tokens, req.arrival_step, ignore_eos))
+        check_window(self.config, max(len(p.prompt) + p.max_tokens for p in plans))
         self.open_context(sum(len(p.prompt) + p.max_tokens for p in plans), len(plans))
         return plans
 
@@ -225,8 +238,8 @@ class Session:
         if self.options.get("weights"):
             twin = twin_checkpoint(self.job.checkpoint, self.gguf_type)
             weights = {"weights": {"scheme": f"gguf-{self.gguf_type}", "checkpoint": str(twin)}}
-        # llama.cpp multiplies quantized weights by activations quantized to 8-bit blocks
-        noise = {"noise_dtype": "bfloat16"} if self.options.get("weights") else {}
+        coarse = noise_dtype(self.options, self.job.spec.dtype)
+        noise = {"noise_dtype": coarse} if coarse else {}
         return {
             **weights,
             **noise,
@@ -239,22 +252,45 @@ class Session:
         }
 
 
+def noise_dtype(options: dict, dtype: str) -> str | None:
+    """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
+    quantized weights are multiplied by activations quantized to 8-bit blocks, a quantized K/V
+    cache holds 8 bits or fewer (both as coarse as bfloat16); CPU flash attention casts K/V to f16
+    and accumulates V in f16, and so does an f16 cache under F32 weights."""
+    cache = options.get("cache_type", FLOAT_TYPES[dtype])
+    if options.get("weights") or cache not in ("f32", "f16"):
+        return "bfloat16"
+    if dtype == "float32" and (options.get("flash_attn") or cache == "f16"):
+        return "float16"
+    return None
+
+
+def check_window(config: dict, longest: int) -> None:
+    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none."""
+    window = config.get("sliding_window")
+    if config["model_type"] in NO_SLIDING_WINDOW and window and longest > window:
+        raise ValueError(
+            f"llama.cpp runs {config['model_type']} as llama, without its {window}-token sliding window: "
+            f"sequences of {longest} tokens would differ from the reference for that reason alone"
+        )
+
+
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
-    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at inp_embd)."""
+    """The nodes read during one llama_decode -> one list per graph evaluation (each starts at its embedding)."""
     out: list[list[GraphNode]] = []
     for node in nodes:
-        if node.name == "inp_embd" or not out:
+        if node.name == EMBED_NODE or not out:
             out.append([])
         out[-1].append(node)
     return out
 
 
 def ubatch_tokens(nodes: list[GraphNode]) -> int:
-    """Tokens of one graph evaluation: the rows of its embedding."""
-    embed = next((n for n in nodes if n.name == "inp_embd"), None)
+    """Tokens of one graph evaluation: the rows (ne[1]) of its embedding."""
+    embed = next((n for n in nodes if n.name == EMBED_NODE), None)
     if embed is None:
-        raise RuntimeError("a graph evaluation without inp_embd: cannot tell its tokens")
-    return embed.shape[0]
+        raise RuntimeError(f"a graph evaluation without {EMBED_NODE!r}: cannot tell its tokens")
+    return embed.ne[1]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
