@@ -15,8 +15,12 @@ from benchmark.build import build_case_repo, git
 from benchmark.subjects import SubjectError, get_subject
 from benchmark.subjects.llamacpp import kept
 from tools.engines.funccov import has_python_source
-from tools.engines.llamacpp.build import BuildError, build_tree
+from tools.engines.llamacpp.build import BuildError, build_root, build_tree
+from tools.engines.protocol import RunJob
+from tools.engines.runner import run_engine
 from tools.hypotheses.verify import function_text, restore_function
+from tools.probe.checkpoints import ensure_checkpoint
+from tools.scenario import from_dict
 from tools.source.index import open_index
 
 OPS = "ggml/src/ggml-cpu/ops.cpp"
@@ -40,6 +44,22 @@ def test_an_unreachable_sdist_is_a_clear_subject_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     with pytest.raises(SubjectError, match="subject 'llama.cpp' is unavailable: cannot download"):
         get_subject("llama.cpp")
+
+
+def engine_job() -> RunJob:
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 0},
+            "target": {"engine": "llama.cpp", "dtype": "float32"},
+            "workload": {"requests": [{"prompt_ids": [1, 5, 9], "max_tokens": 2}]},
+        }
+    )
+    return RunJob(sc, sc.target, str(ensure_checkpoint(sc.model)), taps=[])
+
+
+def object_times() -> dict[str, int]:
+    """Object file -> mtime in the build slot (where build_tree compiles)."""
+    return {p.name: p.stat().st_mtime_ns for p in (build_root() / "slots" / "0" / "build").rglob("*.o")}
 
 
 def write_case(cases: Path, case_id: str, new_line: str) -> Path:
@@ -69,13 +89,16 @@ def test_case_repos_build_per_commit_and_a_broken_commit_names_its_file(tmp_path
     git(repo, "worktree", "add", "-q", "--detach", str(base), "base")
     started = time.monotonic()
     base_libs = build_tree(base)
-    first = time.monotonic() - started
+    first, objects = time.monotonic() - started, object_times()
     started = time.monotonic()
-    head_libs = build_tree(repo)
-    rebuild = time.monotonic() - started
-    print(f"llama.cpp subject: first build {first:.0f}s, one-file-change rebuild {rebuild:.0f}s")
+    head_libs = build_tree(repo)  # another worktree, one file changed: the slot recompiles that file
+    print(f"llama.cpp subject: first build {first:.0f}s, one-file-change rebuild {time.monotonic() - started:.0f}s")
     assert (head_libs / "libllama.so").exists() and head_libs != base_libs
-    assert rebuild < first / 3, (first, rebuild)
+    after = object_times()
+    assert sorted(name for name, t in after.items() if objects.get(name) != t) == ["ops.cpp.o"]
+
+    for tree, libs in ((base, base_libs), (repo, head_libs)):  # the runner's hook hands the worker its tree's build
+        assert Path(run_engine(engine_job(), tree).meta["source"]).parent == libs
 
     changes = open_index(repo).symbols_for_hunks(git(repo, "diff", "base", "HEAD"))
     assert [(c.file, c.symbol.qualname) for c in changes if c.symbol] == [(OPS, RMS_NORM)]

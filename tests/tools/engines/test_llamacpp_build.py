@@ -82,8 +82,12 @@ def test_two_workers_asking_for_one_tree_build_it_once(tmp_path, cache):
 
 def test_a_compile_error_names_the_file_and_is_an_engine_crash(tmp_path, cache):
     tree = tiny_tree(tmp_path / "bad", llama=LLAMA.replace("ggml_add(40, 2)", "ggml_add(40, two)"))
-    with pytest.raises(BuildError, match=r"src/llama\.c:3: .*two"):
+    with pytest.raises(BuildError, match=r"src/llama\.c:3: .*two") as first:
         build_tree(tree)
+    shutil.rmtree(cache / "llamacpp" / "slots")
+    with pytest.raises(BuildError) as again:  # the same content fails the same way, without a build
+        build_tree(tree)
+    assert str(again.value) == str(first.value) and not (cache / "llamacpp" / "slots").exists()
     with pytest.raises(EngineRunError, match=r"src/llama\.c:3") as crash:
         worker_vars(ADAPTER, tree)  # the runner's hook, as the worker env asks it
     assert crash.value.kind == "crash" and "error" in crash.value.log

@@ -70,11 +70,12 @@ CMAKE_ERROR = re.compile(r"^CMake Error at (?P<file>[^:\s]+):(?P<line>\d+)[^\n]*
 
 
 class BuildError(RuntimeError):
-    """A tree that does not build; the message names the first failing file, `log` is the tail."""
+    """A tree that does not build; the message names the first failing file, `log` is the tail.
+    `lasting`: the same content fails again (a compile error), unlike a timeout."""
 
-    def __init__(self, message: str, log: str = ""):
+    def __init__(self, message: str, log: str = "", lasting: bool = True):
         super().__init__(message)
-        self.log = log
+        self.log, self.lasting = log, lasting
 
 
 def llama_root(tree: str | Path) -> Path | None:
@@ -124,17 +125,27 @@ def build_tree(tree: str | Path, timeout: float = BUILD_TIMEOUT_S) -> Path:
     if root is None:
         raise BuildError(f"{tree} holds no llama.cpp source (no include/llama.h next to a CMakeLists.txt)")
     out = build_root() / "builds" / tree_hash(root)
-    if (out / "libllama.so").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(out.parent / f".{out.name}.lock"):  # a second worker waits for this build
-        if not (out / "libllama.so").exists():
-            started = time.monotonic()
-            with _free_slot() as slot:
-                libs = _build_in_slot(root, slot, timeout)
-                record = {"tree": str(root), "slot": slot.name, "seconds": round(time.monotonic() - started, 1)}
-                _publish(libs, out, record)
+    failed = out.with_name(f"{out.name}.failed.json")  # a compile error is not retried on the same content
+    if not (out / "libllama.so").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(out.parent / f".{out.name}.lock"):  # a second worker waits for this build
+            if failed.is_file():
+                raise BuildError(**json.loads(failed.read_text()))
+            if not (out / "libllama.so").exists():
+                _build(root, out, failed, timeout)
     return out
+
+
+def _build(root: Path, out: Path, failed: Path, timeout: float) -> None:
+    started = time.monotonic()
+    with _free_slot() as slot:
+        try:
+            libs = _build_in_slot(root, slot, timeout)
+        except BuildError as e:
+            if e.lasting:
+                failed.write_text(json.dumps({"message": str(e), "log": e.log}))
+            raise
+        _publish(libs, out, {"tree": str(root), "slot": slot.name, "seconds": round(time.monotonic() - started, 1)})
 
 
 @contextmanager
@@ -186,7 +197,7 @@ def _run(cmd: list[str], env: dict, root: Path, slot: Path, deadline: float) -> 
     left = deadline - time.monotonic()
     code, log = run_in_group(cmd, slot, env, max(left, 1.0))
     if code is None:
-        raise BuildError(f"building {root} timed out ({cmd[1]} {cmd[2]})", log[-4000:])
+        raise BuildError(f"building {root} timed out ({cmd[1]} {cmd[2]})", log[-4000:], lasting=False)
     if code != 0:
         raise BuildError(f"building {root} failed: {first_error(log, slot / 'src')}", log[-4000:])
 
@@ -331,7 +342,7 @@ def _build_wheel(sdist: Path, out: Path, timeout: float) -> None:
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp), str(sdist)]
         code, log = run_in_group(cmd, tmp, env, timeout)
         if code is None:
-            raise BuildError(f"building the {PACKAGE} wheel timed out after {timeout:.0f}s", log[-4000:])
+            raise BuildError(f"building the {PACKAGE} wheel timed out after {timeout:.0f}s", log[-4000:], lasting=False)
         if code != 0 or not any(tmp.glob("*.whl")):
             raise BuildError(f"building the {PACKAGE} wheel failed: {first_error(log, tmp)}", log[-4000:])
         os.rename(tmp, out)
