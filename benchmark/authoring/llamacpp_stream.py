@@ -355,6 +355,106 @@ def stream() -> list[Commit]:
                 )
             ],
         ),
+        # 24
+        Commit(
+            "kv-cache : drop a commented-out debug print",
+            DB,
+            [
+                (
+                    KV,
+                    '    //    LLAMA_LOG_WARN("%s: seq %d: min = %d, max = %d\\n", __func__, s, '
+                    "v_cells[s].seq_pos_min(s), v_cells[s].seq_pos_max(s));\n",
+                    "",
+                )
+            ],
+        ),
+        # 25
+        Commit(
+            "ggml-cpu : soft_max ALiBi comment points at the reference",
+            JG,
+            [
+                (
+                    OPS,
+                    "    // TODO: is this supposed to be ceil instead of floor?\n"
+                    "    //       https://huggingface.co/mosaicml/mpt-7b/blob/main/attention.py#L370\n"
+                    "    const uint32_t n_head      = ne02;\n"
+                    "    const uint32_t n_head_log2 = 1u << (uint32_t) floor(log2(n_head));\n\n"
+                    "    const float m0 = powf(2.0f, -(max_bias       ) / n_head_log2);\n"
+                    "    const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);\n\n"
+                    "    float * wp = (float *) params->wdata + (ne00 + CACHE_LINE_SIZE_F32) * ith;\n",
+                    "    // TODO: is this supposed to be ceil instead of floor?\n"
+                    "    //       https://huggingface.co/mosaicml/mpt-7b/blob/main/attention.py#L370\n"
+                    "    //       (the ALiBi paper uses the closest power of two below n_head)\n"
+                    "    const uint32_t n_head      = ne02;\n"
+                    "    const uint32_t n_head_log2 = 1u << (uint32_t) floor(log2(n_head));\n\n"
+                    "    const float m0 = powf(2.0f, -(max_bias       ) / n_head_log2);\n"
+                    "    const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);\n\n"
+                    "    float * wp = (float *) params->wdata + (ne00 + CACHE_LINE_SIZE_F32) * ith;\n",
+                )
+            ],
+        ),
+        # 26
+        Commit(
+            "ggml-cpu : cvar TODO names the tail",
+            AM,
+            [
+                (
+                    VEC,
+                    "// TODO: optimize to process the remaining elements in groups using the smaller vector sizes "
+                    "from AVX2 and SSE\n"
+                    "// ref: https://github.com/ggml-org/llama.cpp/pull/15953#pullrequestreview-3310928344\n"
+                    "#if defined(__AVX512F__) && defined(__AVX512DQ__)\n"
+                    "    for (; i + 15 < n; i += 16) {\n"
+                    "        __m512 val = _mm512_sub_ps(_mm512_loadu_ps(x + i),\n"
+                    "                                   _mm512_set1_ps(mean));\n",
+                    "// TODO: optimize to process the remaining elements in groups using the smaller vector sizes "
+                    "from AVX2 and SSE\n"
+                    "//       (today the n % 16 tail on AVX512 runs in the scalar loop)\n"
+                    "// ref: https://github.com/ggml-org/llama.cpp/pull/15953#pullrequestreview-3310928344\n"
+                    "#if defined(__AVX512F__) && defined(__AVX512DQ__)\n"
+                    "    for (; i + 15 < n; i += 16) {\n"
+                    "        __m512 val = _mm512_sub_ps(_mm512_loadu_ps(x + i),\n"
+                    "                                   _mm512_set1_ps(mean));\n",
+                )
+            ],
+        ),
+        # 27
+        Commit(
+            "llama : name the NeoX rope group",
+            CISC,
+            [
+                (
+                    MODEL,
+                    "        // the pairs of head values are offset by n_rot/2\n",
+                    "        // NeoX style: the pairs of head values are offset by n_rot/2\n",
+                )
+            ],
+        ),
+        # 28
+        Commit(
+            "ggml-cpu : mul_mat comment on the row-major src0",
+            SLAREN,
+            [
+                (
+                    CPU,
+                    "    // nb01 >= nb00 - src0 is not transposed\n    //   compute by src0 rows\n\n",
+                    "    // nb01 >= nb00 - src0 is not transposed\n    //   compute by src0 rows (dst rows are src1 rows)\n\n",
+                )
+            ],
+        ),
+        # 29
+        Commit(
+            "llama : context constructor comment",
+            XS,
+            [
+                (
+                    CTX,
+                    '    LLAMA_LOG_INFO("%s: constructing llama_context\\n", __func__);\n',
+                    "    // cparams are resolved below: model defaults first, then the user's overrides\n"
+                    '    LLAMA_LOG_INFO("%s: constructing llama_context\\n", __func__);\n',
+                )
+            ],
+        ),
     ]
 
 
