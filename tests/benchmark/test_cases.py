@@ -70,7 +70,7 @@ def _edit(folder, name, **changes):
         (
             "case.toml",
             {"subject": "vllm"},
-            r"case bad: case.toml: subject 'vllm' is unknown; known: minisub, tinyserve",
+            r"case bad: case.toml: subject 'vllm' is unknown; known: llama\.cpp, minisub, tinyserve",
         ),
         ("case.toml", {"extra": 1}, r"case bad: case.toml: unknown keys \['extra'\]"),
         ("repro.toml", {"target": {"engine": "minisub", "dtype": "float8"}}, r"case bad: repro.toml: dtype 'float8'"),
