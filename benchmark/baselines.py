@@ -28,7 +28,7 @@ from tools.history.gitrepo import _LOG_FORMAT, GitError, _git, _parse_log, commi
 from tools.hypotheses.evidence import Reproduction
 from tools.hypotheses.verify import restore_function
 from tools.probe.prober import Prober
-from tools.source.index import open_index
+from tools.source.index import commit_changes, open_index
 
 OUTPUT_TAPS = ["logits", "sampler.*"]
 STOP = {
@@ -149,7 +149,7 @@ def bisect_only(case: CaseInput, out_dir: Path, config: RunConfig | None = None)
     index = open_index(case.repo, include_tests=False)
     sizes = Counter()
     syms = {}
-    for change in index.symbols_for_hunks(culprit.diff):
+    for change in commit_changes(case.repo, culprit.sha, culprit.diff, index):
         if change.symbol is not None and change.symbol.kind != "class":
             key = (change.symbol.file, change.symbol.qualname)
             sizes[key] += len(change.lines)
@@ -177,7 +177,7 @@ def changed_functions(repo: Path, index, commits: list) -> dict[tuple[str, str],
     """(file, qualname) -> (recency: 0 = changed by the newest commit, symbol) over `commits` (newest first)."""
     out = {}
     for age, commit in enumerate(commits):
-        for change in index.symbols_for_hunks(commit_diff(repo, commit.sha)):
+        for change in commit_changes(repo, commit.sha, commit_diff(repo, commit.sha), index):
             sym = change.symbol
             if sym is not None and sym.kind != "class":
                 out.setdefault((sym.file, sym.qualname), (age, sym))

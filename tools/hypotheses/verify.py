@@ -133,6 +133,8 @@ def verify_by_fixes(
     for h in cands:
         if spent >= budget:
             break
+        if templates_tried(h):  # the same edits on the same tree: their verdict stands
+            continue
         outcome = try_edits(
             repo, h, repro, prober, lambda text: fixes(text, component), min(per_function, budget - spent)
         )
@@ -144,10 +146,15 @@ def verify_by_fixes(
                 prefer_callee(repo, h, outcome.before, outcome.after, suspects, repro, prober, touched_only=False)
             break
         if outcome.probes:
-            h.evidence.append(
-                f"{outcome.probes} fix template edit(s) of {h.function} tried; none removes the divergence"
-            )
+            h.evidence.append(f"{outcome.probes} {TEMPLATES_TRIED} {h.function} tried; none removes the divergence")
     return spent
+
+
+TEMPLATES_TRIED = "fix template edit(s) of"
+
+
+def templates_tried(h: Hypothesis) -> bool:
+    return any(TEMPLATES_TRIED in e for e in h.evidence)
 
 
 # ---- the function that holds the fault, not a caller that routes around it ----------------------
@@ -174,20 +181,20 @@ def prefer_callee(
     Returns the hypothesis that keeps it."""
     touched = touched_calls(before, after)
     reach = set(touched) if touched_only else reachable_calls(repo, before)
-    order = {name: 0 if name in touched else 1 for name in reach}
     callees = sorted(
-        (c for c in suspects if c is not h and not c.verified and c.score >= 0 and short_name(c.function) in reach),
-        key=lambda c: (order[short_name(c.function)], not breaks_contract(c)),
+        (c for c in suspects if c is not h and not c.verified and c.score >= 0 and called_name(c, reach)),
+        key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
     for c in callees:
-        if verify_alone(repo, c, repro, prober, templates=not touched_only):
-            withdraw(h, c, "drops or changes its call to" if short_name(c.function) in touched else "calls")
+        # a function the commit created has no previous version: its template edits are its only counterfactual
+        if verify_alone(repo, c, repro, prober, templates=not touched_only or is_new(repo, c)):
+            withdraw(h, c, "drops or changes its call to" if called_name(c, touched) else "calls")
             return c
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
         return broken
-    used = next((c for c in callees if only_use_changed(before, after, short_name(c.function))), None)
+    used = next((c for c in callees if only_use_changed(before, after, called_name(c, reach) or "")), None)
     dropped = dropped_inputs(before, after)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
         h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
@@ -200,9 +207,16 @@ def prefer_callee(
         withdraw(h, used, "only changes its use of")
         return used
     for c in callees:
-        if short_name(c.function) in touched:
+        if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
     return h
+
+
+def called_name(c: Hypothesis, names: set[str]) -> str | None:
+    """The name in `names` by which code reaches c's function: its own short name, or for a method
+    its class's (`Cls(...)` runs `Cls.__init__`, and the object it makes runs the rest)."""
+    parts = c.function.split(".")
+    return next((n for n in (parts[-1], parts[-2] if len(parts) > 1 else "") if n and n in names), None)
 
 
 def is_new(repo: Path, h: Hypothesis) -> bool:

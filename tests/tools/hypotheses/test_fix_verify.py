@@ -169,3 +169,91 @@ def test_a_restore_that_only_switches_a_caller_to_a_new_helper_credits_the_helpe
     assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
     assert "whose change is only its use of softmax_scale" in helper.evidence[0]
     assert not caller.verified and "credited to the callee" in caller.evidence[0]
+
+
+RUNNER = "tinyserve/engine/model_runner.py"
+# A commit puts the model's forward behind persistent input buffers (a new class) whose positions are
+# refreshed only when the token count changes: equal-sized decode steps reuse stale positions.
+STATIC_INPUTS = """
+
+class StaticInputs:
+    \"\"\"The model's forward behind buffers allocated once; each step's inputs are copied in.\"\"\"
+
+    def __init__(self, forward, max_tokens: int):
+        self.forward = forward
+        self.positions = torch.zeros(max_tokens, dtype=torch.long)
+        self.num_tokens = 0
+
+    def __call__(self, input_ids, positions):
+        n = input_ids.shape[0]
+        if n != self.num_tokens:
+            self.positions[:n].copy_(positions)
+            self.num_tokens = n
+        return self.forward(input_ids, self.positions[:n])
+"""
+
+
+def test_a_restored_caller_hands_the_credit_to_the_new_class_it_builds_when_its_template_verifies(tmp_path):
+    """Regression (the caller was credited): restoring the caller that builds the new class removes
+    the divergence, but the fault is in the class. Its methods are reached by the class's name, and,
+    having no earlier version, they get their template edits: the memo guard run every time verifies
+    `__call__`, which takes the credit."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    path = repo / RUNNER
+    build = "        self.model = load_model(config)\n"
+    wrapped = build + "        self.model.forward = StaticInputs(self.model.forward, config.max_num_batched_tokens)\n"
+    path.write_text(path.read_text().replace(build, wrapped) + STATIC_INPUTS)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "static inputs"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober = Prober()
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {
+                "requests": [{"prompt_ids": list(range(3, 15)), "max_tokens": 4, "sampling": {"ignore_eos": True}}]
+            },
+        }
+    )
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller = candidate(RUNNER, "ModelRunner.__init__")
+    init, call = candidate(RUNNER, "StaticInputs.__init__"), candidate(RUNNER, "StaticInputs.__call__")
+    for h in (caller, init, call):
+        h.commit = sha
+    caller.score = 2.0  # ranked first: its restore verifies before the class is looked at
+    ranked = verify(repo, [caller, init, call], repro, prober, None)
+    assert ranked[0] is call and call.verified and call.verified_by == "fix-template"
+    assert "memo-guard" in call.evidence[0] and "+        if True:" in call.verifying_diff
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]
+
+
+SAMPLER = "tinyserve/layers/sampler.py"
+# The filters start from the logits before penalties and temperature: a value taken before its update.
+TRUNCATED_EARLY = (
+    "        logits = self.adjuster(logits, st)\n        truncated = logits\n",
+    "        truncated = logits\n        logits = self.adjuster(logits, st)\n",
+)
+
+
+def test_a_value_taken_before_its_input_is_updated_is_verified_by_the_stale_value_template(tmp_path):
+    repo = tree_at_base(tmp_path / "repo", TRUNCATED_EARLY, file=SAMPLER)
+    sampling = {"temperature": 0.5, "top_p": 0.7, "seed": 5, "ignore_eos": True}
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 4},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {"requests": [{"prompt_ids": list(range(3, 15)), "max_tokens": 4, "sampling": sampling}]},
+        }
+    )
+    prober = Prober()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged and repro.probe.first.tap.startswith("sampler")
+    forward = candidate(SAMPLER, "Sampler.forward")
+    ranked = verify(repo, [forward], repro, prober, None)
+    assert ranked[0] is forward and forward.verified and forward.verified_by == "fix-template"
+    assert "stale-value: `truncated = …` after `logits` is updated" in forward.evidence[0]
+    after = [line[1:].strip() for line in forward.verifying_diff.splitlines()[2:] if line[:1] in (" ", "+")]
+    assert after.index("truncated = logits") == after.index("logits = self.adjuster(logits, st)") + 1
