@@ -180,14 +180,17 @@ def prefer_callee(
     one the suspected commit created when the caller's restore changes nothing but its use of it.
     Returns the hypothesis that keeps it."""
     touched = touched_calls(before, after)
-    reach = set(touched) if touched_only else reachable_calls(repo, before)
+    reach = set(touched) | passed_on(repo, h, touched, suspects) if touched_only else reachable_calls(repo, before)
     callees = sorted(
         (c for c in suspects if c is not h and not c.verified and c.score >= 0 and called_name(c, reach)),
         key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
+    dropped = dropped_inputs(before, after)
     for c in callees:
-        # a function the commit created has no previous version: its template edits are its only counterfactual
-        if verify_alone(repo, c, repro, prober, templates=not touched_only or is_new(repo, c)):
+        # a function the commit created has no previous version: its template edits are its only
+        # counterfactual, unless the caller's restore changes nothing but its use (credited below)
+        only_its_use = not dropped and only_use_changed(before, after, called_name(c, reach) or "")
+        if verify_alone(repo, c, repro, prober, templates=not touched_only or (is_new(repo, c) and not only_its_use)):
             withdraw(h, c, "drops or changes its call to" if called_name(c, touched) else "calls")
             return c
     broken = next((c for c in callees if breaks_contract(c)), None)
@@ -195,7 +198,6 @@ def prefer_callee(
         withdraw(h, broken, "reaches")
         return broken
     used = next((c for c in callees if only_use_changed(before, after, called_name(c, reach) or "")), None)
-    dropped = dropped_inputs(before, after)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
         h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
@@ -210,6 +212,18 @@ def prefer_callee(
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
     return h
+
+
+def passed_on(repo: Path, h: Hypothesis, touched: set[str], suspects: list[Hypothesis]) -> set[str]:
+    """Names called by the suspects whose calls h's restore changed and that h's commit changed too:
+    what the caller hands them (a new argument) takes effect in what their change calls."""
+    index = open_index(repo, include_tests=False)
+    out: set[str] = set()
+    for c in suspects:
+        if c is not h and c.commit == h.commit and called_name(c, touched):
+            sym = next((s for s in index.find(c.function) if s.file == c.file and s.qualname == c.function), None)
+            out |= {name for name, _ in call_names(index.read(sym))} if sym is not None else set()
+    return out
 
 
 def called_name(c: Hypothesis, names: set[str]) -> str | None:
@@ -275,9 +289,43 @@ def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober,
             how = f"reverting {c.function}'s change in {c.commit[:10]} removes the divergence"
             mark_verified(c, "restore", how, function_diff(c.file, before, after))
             return True
+        if outcome is None and is_new(repo, c) and restore_absence(repo, c, repro, prober):
+            return True
     if templates:
         verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
     return c.verified
+
+
+def restore_absence(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober) -> bool:
+    """A procedure the suspected commit created did nothing before it, since it was not there: its
+    body made a no-op is its restore. (A function that returns a value has no such neutral version.)"""
+    outcome = try_edits(repo, c, repro, prober, lambda text: [("no-op", t)] if (t := noop_version(text)) else [], 1)
+    if outcome.verified:
+        how = f"making {c.function}, new in {(c.commit or '')[:10]}, a no-op (as before that commit) removes the divergence"
+        mark_verified(c, "restore", how, outcome.diff)
+    return outcome.verified
+
+
+def noop_version(source: str) -> str | None:
+    """`source` (one def) with its body replaced by `pass` (docstring kept), if it is a procedure:
+    no `return <value>`, no `yield`; else None."""
+    fn = _function_node(source)
+    if fn is None or not fn.body:
+        return None
+    inner = [n for stmt in fn.body for n in ast.walk(stmt)]
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) or (isinstance(n, ast.Return) and n.value) for n in inner):
+        return None
+    lines = source.splitlines(keepends=True)
+    first = fn.body[0]
+    if first.lineno == fn.lineno:  # `def f(): ...` on one line
+        return None
+    docstring = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
+    body_line = lines[first.lineno - 1]
+    indent = body_line[: len(body_line) - len(body_line.lstrip())]
+    keep = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
+    return "".join(lines[:keep]) + f"{indent}pass\n"
 
 
 def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:

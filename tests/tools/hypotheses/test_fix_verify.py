@@ -257,3 +257,65 @@ def test_a_value_taken_before_its_input_is_updated_is_verified_by_the_stale_valu
     assert "stale-value: `truncated = …` after `logits` is updated" in forward.evidence[0]
     after = [line[1:].strip() for line in forward.verifying_diff.splitlines()[2:] if line[:1] in (" ", "+")]
     assert after.index("truncated = logits") == after.index("logits = self.adjuster(logits, st)") + 1
+
+
+LOADER = "tinyserve/model_loader.py"
+SCALE_NORMS = """
+
+def scale_norms(model, factor):
+    \"\"\"Norm weights folded with a factor (for checkpoints stored pre-scaled).\"\"\"
+    for name, p in model.named_parameters():
+        if factor and name.endswith("norm.weight"):
+            p.data.mul_(factor)
+"""
+
+
+def test_a_new_argument_s_effect_is_credited_to_the_new_procedure_it_reaches(tmp_path):
+    """Regression (the caller was credited): a commit passes a new argument from the caller through a
+    changed callee to a new procedure that mutates the model wrongly. Restoring the caller verifies;
+    the callee cannot be restored alone (its signature changed with the caller); the new procedure
+    it passes the argument on to, made a no-op as it was before the commit, verifies and is credited."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    loader = repo / LOADER
+    text = loader.read_text().replace(
+        "def load_model(config: Config) -> nn.Module:", "def load_model(config: Config, norm_factor=None) -> nn.Module:"
+    )
+    text = text.replace(
+        "    load_weights(model, config.model)\n    return model.eval()",
+        "    load_weights(model, config.model)\n    scale_norms(model, norm_factor)\n    return model.eval()",
+    )
+    loader.write_text(text + SCALE_NORMS)
+    runner = repo / RUNNER
+    runner.write_text(
+        runner.read_text().replace("self.model = load_model(config)", "self.model = load_model(config, 0.5)")
+    )
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "prescaled norms"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller, changed, new = (
+        candidate(RUNNER, "ModelRunner.__init__"),
+        candidate(LOADER, "load_model"),
+        candidate(LOADER, "scale_norms"),
+    )
+    for h in (caller, changed, new):
+        h.commit = sha
+    caller.score = 2.0
+    ranked = verify(repo, [caller, changed, new], repro, prober, None)
+    assert ranked[0] is new and new.verified and new.verified_by == "restore"
+    assert "a no-op (as before that commit) removes the divergence" in new.evidence[0]
+    assert "+    pass" in new.verifying_diff
+    assert not caller.verified and not changed.verified
+
+
+def test_a_procedure_s_no_op_version_keeps_its_header_and_docstring():
+    from tools.hypotheses.verify import noop_version
+
+    method = '    @staticmethod\n    def freeze(m, n):\n        """Doc."""\n        m.x = n\n        return\n'
+    assert noop_version(method) == '    @staticmethod\n    def freeze(m, n):\n        """Doc."""\n        pass\n'
+    assert noop_version("def f(xs, m):\n    for x in xs:\n        x.set(m)\n") == "def f(xs, m):\n    pass\n"
+    assert noop_version("def f(x):\n    if x:\n        return x\n") is None  # returns a value: no neutral version
+    assert noop_version("def g(xs):\n    yield from xs\n") is None
