@@ -26,7 +26,7 @@ from tools.engines.runner import EngineRunError
 from tools.history.culprit import find_culprit
 from tools.history.gitrepo import _LOG_FORMAT, GitError, _git, _parse_log, commit_diff, temporary_worktree
 from tools.hypotheses.evidence import Reproduction
-from tools.hypotheses.verify import restore_function
+from tools.hypotheses.verify import restore_version
 from tools.probe.prober import Prober
 from tools.source.index import commit_changes, open_index
 
@@ -192,7 +192,7 @@ def restore_and_probe(case: CaseInput, prober: Prober, before_ref: str, sym) -> 
         if prev is None:
             return None  # added inside the window: nothing to restore
         with temporary_worktree(case.repo, "HEAD") as tree:
-            if not restore_function(tree, sym.file, sym.qualname, old.read(prev)):
+            if not restore_version(tree, sym.file, sym.qualname, old.read(prev), old):
                 return None
             return not prober.probe(case.scenario, tree, taps=OUTPUT_TAPS).diverged
     except (GitError, EngineRunError):

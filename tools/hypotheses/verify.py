@@ -74,11 +74,34 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
             return None, "", ""
         with temporary_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
-            if not restore_function(tree, h.file, h.function, restored):
+            if not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
     except (GitError, PatchConflict, EngineRunError):
         return None, "", ""
+
+
+def restore_version(tree: Path, file: str, qualname: str, old_text: str, old) -> bool:
+    """Restore `qualname` to `old_text`, the version in the index `old`, with the siblings it calls
+    that the tree no longer has (a helper deleted when the function stopped calling it), so that the
+    old version runs as it did rather than failing on a missing name."""
+    path = tree / file
+    if not path.exists() or not file.endswith(".py"):
+        return False
+    present = {s.qualname for s in parse_file(file, path.read_bytes(), "python")[0]}
+    parent = qualname.rpartition(".")[0]
+    called = {name for name, _ in call_names(old_text)}
+    missing = [
+        s
+        for s in old.symbols
+        if s.file == file
+        and s.kind != "class"
+        and s.name in called
+        and s.qualname.rpartition(".")[0] == parent
+        and s.qualname not in present
+    ]
+    text = old_text if old_text.endswith("\n") else old_text + "\n"
+    return restore_function(tree, file, qualname, text + "".join("\n" + old.read(s) for s in missing))
 
 
 def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:

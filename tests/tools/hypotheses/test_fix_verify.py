@@ -319,3 +319,50 @@ def test_a_procedure_s_no_op_version_keeps_its_header_and_docstring():
     assert noop_version("def f(xs, m):\n    for x in xs:\n        x.set(m)\n") == "def f(xs, m):\n    pass\n"
     assert noop_version("def f(x):\n    if x:\n        return x\n") is None  # returns a value: no neutral version
     assert noop_version("def g(xs):\n    yield from xs\n") is None
+
+
+BLOCKS = """class Blocks:
+    def __init__(self):
+        self.table = {"a": 1}
+        self.hash = "a"
+
+    def fresh(self):
+        self._evict()
+        return self.table
+
+    def _evict(self):
+        self.table.pop(self.hash, None)
+        self.hash = None
+"""
+
+
+def test_a_restored_method_brings_back_the_helper_its_commit_deleted(tmp_path):
+    """Regression (the restore crashed, so the culprit was untestable): a commit inlines a helper into
+    its caller and deletes it. The caller's old version calls the helper; restored alone it fails on
+    the missing name. Restored with the deleted sibling, it runs as it did before the commit."""
+    import subprocess
+
+    from tools.hypotheses.verify import restore_version
+    from tools.source.index import open_index
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "blocks.py").write_text(BLOCKS)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    lazy = BLOCKS.split("    def _evict")[0].rstrip() + "\n"
+    (repo / "blocks.py").write_text(lazy.replace("        self._evict()\n", "        self.hash = None\n"))
+    subprocess.run([*git, "commit", "-qam", "evict lazily"], cwd=repo, check=True)
+
+    old = open_index(repo, commit="HEAD~1", include_tests=False)
+    before = next(s for s in old.find("Blocks.fresh"))
+    assert restore_version(repo, "blocks.py", "Blocks.fresh", old.read(before), old)
+    namespace: dict = {}
+    exec((repo / "blocks.py").read_text(), namespace)
+    assert namespace["Blocks"]().fresh() == {}  # the old behaviour: the stale entry is dropped
+    assert (repo / "blocks.py").read_text().count("def _evict") == 1
+    # a sibling the tree still has is not duplicated
+    assert restore_version(repo, "blocks.py", "Blocks.fresh", old.read(before), old)
+    assert (repo / "blocks.py").read_text().count("def _evict") == 1
