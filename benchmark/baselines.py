@@ -26,9 +26,9 @@ from tools.engines.runner import EngineRunError
 from tools.history.culprit import find_culprit
 from tools.history.gitrepo import _LOG_FORMAT, GitError, _git, _parse_log, commit_diff, temporary_worktree
 from tools.hypotheses.evidence import Reproduction
-from tools.hypotheses.verify import restore_function
+from tools.hypotheses.verify import restore_version
 from tools.probe.prober import Prober
-from tools.source.index import open_index
+from tools.source.index import commit_changes, open_index
 
 OUTPUT_TAPS = ["logits", "sampler.*"]
 STOP = {
@@ -149,7 +149,7 @@ def bisect_only(case: CaseInput, out_dir: Path, config: RunConfig | None = None)
     index = open_index(case.repo, include_tests=False)
     sizes = Counter()
     syms = {}
-    for change in index.symbols_for_hunks(culprit.diff):
+    for change in commit_changes(case.repo, culprit.sha, culprit.diff, index):
         if change.symbol is not None and change.symbol.kind != "class":
             key = (change.symbol.file, change.symbol.qualname)
             sizes[key] += len(change.lines)
@@ -177,7 +177,7 @@ def changed_functions(repo: Path, index, commits: list) -> dict[tuple[str, str],
     """(file, qualname) -> (recency: 0 = changed by the newest commit, symbol) over `commits` (newest first)."""
     out = {}
     for age, commit in enumerate(commits):
-        for change in index.symbols_for_hunks(commit_diff(repo, commit.sha)):
+        for change in commit_changes(repo, commit.sha, commit_diff(repo, commit.sha), index):
             sym = change.symbol
             if sym is not None and sym.kind != "class":
                 out.setdefault((sym.file, sym.qualname), (age, sym))
@@ -192,7 +192,7 @@ def restore_and_probe(case: CaseInput, prober: Prober, before_ref: str, sym) -> 
         if prev is None:
             return None  # added inside the window: nothing to restore
         with temporary_worktree(case.repo, "HEAD") as tree:
-            if not restore_function(tree, sym.file, sym.qualname, old.read(prev)):
+            if not restore_version(tree, sym.file, sym.qualname, old.read(prev), old):
                 return None
             return not prober.probe(case.scenario, tree, taps=OUTPUT_TAPS).diverged
     except (GitError, EngineRunError):

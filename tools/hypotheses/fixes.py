@@ -302,6 +302,85 @@ def dropped_term(fn: Fn) -> list[Edit]:
     return edits
 
 
+def stale_value(fn: Fn) -> list[Edit]:
+    """`x = f(v)` moved after the next statement that rebinds `v` (`v = g(v)`): a value taken from
+    its input before the update it should see (probabilities before temperature, a length before
+    the append). Only where nothing in between reads or rebinds `x`."""
+    edits = []
+    for block in fn.walk("block"):
+        stmts = [c for c in block.named_children if c.type != "comment"]
+        for i, stmt in enumerate(stmts):
+            target, reads = _simple_assignment(fn, stmt)
+            if target is None:
+                continue
+            for j in range(i + 1, len(stmts)):
+                if target in _identifiers(fn, stmts[j]):
+                    break  # `x` is used (or rebound) before any update: moving it would change that
+                rebound, _ = _simple_assignment(fn, stmts[j])
+                if rebound is not None and rebound in reads:
+                    edits.append(_move_after(fn, stmt, stmts[j], target, rebound))
+                    break
+    return edits
+
+
+def _simple_assignment(fn: Fn, stmt: ts.Node) -> tuple[str | None, set[str]]:
+    """(name, names its value reads) for `name = value` or `name op= value`; (None, set()) else."""
+    node = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
+    if node is None or node.type not in ("assignment", "augmented_assignment"):
+        return None, set()
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    if left is None or right is None or left.type != "identifier":
+        return None, set()
+    reads = _identifiers(fn, right) | ({fn.text(left)} if node.type == "augmented_assignment" else set())
+    return fn.text(left), reads
+
+
+def _identifiers(fn: Fn, node: ts.Node) -> set[str]:
+    """Plain names a node reads or binds (`a.b` counts `a`, not `b`)."""
+    return {fn.text(n) for n in Fn(fn.data, node, fn.shift).walk("identifier") if not _is_attribute_name(n)}
+
+
+def _is_attribute_name(node: ts.Node) -> bool:
+    parent = node.parent
+    return (
+        parent is not None
+        and parent.type in ("attribute", "keyword_argument")
+        and parent.child_by_field_name("attribute" if parent.type == "attribute" else "name") == node
+    )
+
+
+def _move_after(fn: Fn, stmt: ts.Node, update: ts.Node, target: str, rebound: str) -> Edit:
+    """One edit over stmt..update: the statements after `stmt` first, then `stmt` at its indent."""
+    start, end = stmt.start_byte - fn.shift, update.end_byte - fn.shift
+    rest = fn.data[stmt.next_sibling.start_byte - fn.shift if stmt.next_sibling else end : end]
+    line_start = fn.data.rfind(b"\n", 0, start) + 1
+    indent = fn.data[line_start:start].decode()
+    text = rest.decode().lstrip() + "\n" + indent + fn.text(stmt)
+    line = fn.data[:start].count(b"\n") + 1
+    desc = f"`{target} = …` after `{rebound}` is updated (line {line})"
+    return Edit("stale-value", desc, start, end, text, line)
+
+
+def memo_guard(fn: Fn) -> list[Edit]:
+    """`if <compares with self.a>: … self.a = …`: a memo that skips work when a remembered value
+    is unchanged, run every time (a cache keyed on too little serves stale results)."""
+    edits = []
+    for node in fn.walk("if_statement"):
+        cond, body = node.child_by_field_name("condition"), node.child_by_field_name("consequence")
+        if cond is None or body is None or node.child_by_field_name("alternative") is not None:
+            continue
+        remembered = {fn.text(a) for a in Fn(fn.data, cond, fn.shift).walk("attribute")}
+        assigned = {
+            fn.text(left)
+            for a in Fn(fn.data, body, fn.shift).walk("assignment")
+            if (left := a.child_by_field_name("left")) is not None and left.type == "attribute"
+        }
+        if remembered & assigned:
+            key = sorted(remembered & assigned)[0]
+            edits.append(fn.edit("memo-guard", cond, "True", f"`if {fn.text(cond)[:50]}` always (memo on {key})"))
+    return edits
+
+
 def _parameter_names(fn: Fn) -> list[str]:
     params = field(fn.root, "parameters")
     names = []
@@ -330,6 +409,8 @@ TEMPLATES: dict[str, Callable[[Fn], list[Edit]]] = {
     "swapped-arguments": swapped_arguments,
     "wrong-default": wrong_default,
     "dropped-term": dropped_term,
+    "stale-value": stale_value,
+    "memo-guard": memo_guard,
 }
 
 # Which patterns a divergent component most often hides, most likely first (silent-bugs.md).

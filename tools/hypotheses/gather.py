@@ -30,7 +30,7 @@ from tools.history.gitrepo import (
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
-from tools.source.index import Symbol, open_index
+from tools.source.index import Symbol, commit_changes, open_index
 
 # Divergent component -> words that name its code.
 COMPONENT_WORDS = {
@@ -123,7 +123,7 @@ def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[
             old = open_index(repo, commit=f"{sha}^", include_tests=False)
         except GitError:
             old = None
-        for change in index.symbols_for_hunks(diff):
+        for change in commit_changes(repo, sha, diff, index):
             sym = change.symbol
             if sym is not None and sym.kind != "class" and _is_source(change.file):
                 existed = old is not None and any(s.file == sym.file for s in old.find(sym.qualname))
@@ -187,7 +187,7 @@ def index_functions(index) -> list[Symbol]:
 def _add_recent_changes(cands, repo: Path, index, failing, depth: int = 12) -> None:
     """Without a culprit: functions changed by recent non-root commits, if they ran, are suspects."""
     for sha in recent_commits(repo, depth):
-        for change in index.symbols_for_hunks(_diff(repo, sha)):
+        for change in commit_changes(repo, sha, _diff(repo, sha), index):
             sym = change.symbol
             if sym is None or sym.kind == "class" or not _is_source(change.file):
                 continue

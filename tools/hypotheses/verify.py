@@ -74,11 +74,34 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
             return None, "", ""
         with temporary_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
-            if not restore_function(tree, h.file, h.function, restored):
+            if not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
     except (GitError, PatchConflict, EngineRunError):
         return None, "", ""
+
+
+def restore_version(tree: Path, file: str, qualname: str, old_text: str, old) -> bool:
+    """Restore `qualname` to `old_text`, the version in the index `old`, with the siblings it calls
+    that the tree no longer has (a helper deleted when the function stopped calling it), so that the
+    old version runs as it did rather than failing on a missing name."""
+    path = tree / file
+    if not path.exists() or not file.endswith(".py"):
+        return False
+    present = {s.qualname for s in parse_file(file, path.read_bytes(), "python")[0]}
+    parent = qualname.rpartition(".")[0]
+    called = {name for name, _ in call_names(old_text)}
+    missing = [
+        s
+        for s in old.symbols
+        if s.file == file
+        and s.kind != "class"
+        and s.name in called
+        and s.qualname.rpartition(".")[0] == parent
+        and s.qualname not in present
+    ]
+    text = old_text if old_text.endswith("\n") else old_text + "\n"
+    return restore_function(tree, file, qualname, text + "".join("\n" + old.read(s) for s in missing))
 
 
 def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:
@@ -131,6 +154,8 @@ def verify_by_fixes(
     for h in cands:
         if spent >= budget:
             break
+        if templates_tried(h):  # the same edits on the same tree: their verdict stands
+            continue
         outcome = try_edits(
             repo, h, repro, prober, lambda text: fixes(text, component), min(per_function, budget - spent)
         )
@@ -142,10 +167,15 @@ def verify_by_fixes(
                 prefer_callee(repo, h, outcome.before, outcome.after, suspects, repro, prober, touched_only=False)
             break
         if outcome.probes:
-            h.evidence.append(
-                f"{outcome.probes} fix template edit(s) of {h.function} tried; none removes the divergence"
-            )
+            h.evidence.append(f"{outcome.probes} {TEMPLATES_TRIED} {h.function} tried; none removes the divergence")
     return spent
+
+
+TEMPLATES_TRIED = "fix template edit(s) of"
+
+
+def templates_tried(h: Hypothesis) -> bool:
+    return any(TEMPLATES_TRIED in e for e in h.evidence)
 
 
 # ---- the function that holds the fault, not a caller that routes around it ----------------------
@@ -171,22 +201,24 @@ def prefer_callee(
     one the suspected commit created when the caller's restore changes nothing but its use of it.
     Returns the hypothesis that keeps it."""
     touched = touched_calls(before, after)
-    reach = set(touched) if touched_only else reachable_calls(repo, before)
-    order = {name: 0 if name in touched else 1 for name in reach}
+    reach = set(touched) | passed_on(repo, h, touched, suspects) if touched_only else reachable_calls(repo, before)
     callees = sorted(
-        (c for c in suspects if c is not h and not c.verified and c.score >= 0 and short_name(c.function) in reach),
-        key=lambda c: (order[short_name(c.function)], not breaks_contract(c)),
+        (c for c in suspects if c is not h and not c.verified and c.score >= 0 and called_name(c, reach)),
+        key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
+    dropped = dropped_inputs(before, after)
     for c in callees:
-        if verify_alone(repo, c, repro, prober, templates=not touched_only):
-            withdraw(h, c, "drops or changes its call to" if short_name(c.function) in touched else "calls")
+        # a function the commit created has no previous version: its template edits are its only
+        # counterfactual, unless the caller's restore changes nothing but its use (credited below)
+        only_its_use = not dropped and only_use_changed(before, after, called_name(c, reach) or "")
+        if verify_alone(repo, c, repro, prober, templates=not touched_only or (is_new(repo, c) and not only_its_use)):
+            withdraw(h, c, "drops or changes its call to" if called_name(c, touched) else "calls")
             return c
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
         return broken
-    used = next((c for c in callees if only_use_changed(before, after, short_name(c.function))), None)
-    dropped = dropped_inputs(before, after)
+    used = next((c for c in callees if only_use_changed(before, after, called_name(c, reach) or "")), None)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
         h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
@@ -198,9 +230,28 @@ def prefer_callee(
         withdraw(h, used, "only changes its use of")
         return used
     for c in callees:
-        if short_name(c.function) in touched:
+        if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
     return h
+
+
+def passed_on(repo: Path, h: Hypothesis, touched: set[str], suspects: list[Hypothesis]) -> set[str]:
+    """Names called by the suspects whose calls h's restore changed and that h's commit changed too:
+    what the caller hands them (a new argument) takes effect in what their change calls."""
+    index = open_index(repo, include_tests=False)
+    out: set[str] = set()
+    for c in suspects:
+        if c is not h and c.commit == h.commit and called_name(c, touched):
+            sym = next((s for s in index.find(c.function) if s.file == c.file and s.qualname == c.function), None)
+            out |= {name for name, _ in call_names(index.read(sym))} if sym is not None else set()
+    return out
+
+
+def called_name(c: Hypothesis, names: set[str]) -> str | None:
+    """The name in `names` by which code reaches c's function: its own short name, or for a method
+    its class's (`Cls(...)` runs `Cls.__init__`, and the object it makes runs the rest)."""
+    parts = c.function.split(".")
+    return next((n for n in (parts[-1], parts[-2] if len(parts) > 1 else "") if n and n in names), None)
 
 
 def is_new(repo: Path, h: Hypothesis) -> bool:
@@ -259,9 +310,43 @@ def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober,
             how = f"reverting {c.function}'s change in {c.commit[:10]} removes the divergence"
             mark_verified(c, "restore", how, function_diff(c.file, before, after))
             return True
+        if outcome is None and is_new(repo, c) and restore_absence(repo, c, repro, prober):
+            return True
     if templates:
         verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
     return c.verified
+
+
+def restore_absence(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober) -> bool:
+    """A procedure the suspected commit created did nothing before it, since it was not there: its
+    body made a no-op is its restore. (A function that returns a value has no such neutral version.)"""
+    outcome = try_edits(repo, c, repro, prober, lambda text: [("no-op", t)] if (t := noop_version(text)) else [], 1)
+    if outcome.verified:
+        how = f"making {c.function}, new in {(c.commit or '')[:10]}, a no-op (as before that commit) removes the divergence"
+        mark_verified(c, "restore", how, outcome.diff)
+    return outcome.verified
+
+
+def noop_version(source: str) -> str | None:
+    """`source` (one def) with its body replaced by `pass` (docstring kept), if it is a procedure:
+    no `return <value>`, no `yield`; else None."""
+    fn = _function_node(source)
+    if fn is None or not fn.body:
+        return None
+    inner = [n for stmt in fn.body for n in ast.walk(stmt)]
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) or (isinstance(n, ast.Return) and n.value) for n in inner):
+        return None
+    lines = source.splitlines(keepends=True)
+    first = fn.body[0]
+    if first.lineno == fn.lineno:  # `def f(): ...` on one line
+        return None
+    docstring = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
+    body_line = lines[first.lineno - 1]
+    indent = body_line[: len(body_line) - len(body_line.lstrip())]
+    keep = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
+    return "".join(lines[:keep]) + f"{indent}pass\n"
 
 
 def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import tree_sitter as ts
 
-from tools.history.gitrepo import parse_unified_diff, resolve, tree_files
+from tools.history.gitrepo import GitError, parse_unified_diff, resolve, tree_files
 
 LANGUAGES = {
     ".py": "python",
@@ -539,6 +539,28 @@ def open_index(root: str | Path, *, commit: str | None = None, include_tests: bo
     if commit is not None:
         return _index_at_commit(root, resolve(root, commit), include_tests)
     return _index_of_tree(root, tuple(source_files(root, include_tests)))
+
+
+def commit_changes(root: str | Path, sha: str, diff_text: str, head: TreeSitterIndex) -> list[Change]:
+    """The changes of commit `sha` (its unified diff `diff_text`), with each symbol as `head` has it.
+
+    A commit's diff numbers its lines on the commit's own tree, so it is mapped on that tree: on a
+    later one, a function above that grew since would own the commit's lines (a helper appended
+    after it becomes a change of it). A symbol `head` no longer has (same file and qualname) is
+    left out; module-level changes stay."""
+    try:
+        at = open_index(root, commit=sha, include_tests=False)
+    except GitError:
+        return head.symbols_for_hunks(diff_text)
+    out = []
+    for change in at.symbols_for_hunks(diff_text):
+        if change.symbol is None:
+            out.append(change)
+            continue
+        now = next((s for s in head.find(change.symbol.qualname) if s.file == change.file), None)
+        if now is not None and now.kind == change.symbol.kind:
+            out.append(Change(change.file, now, change.lines, change.side))
+    return out
 
 
 @functools.lru_cache(maxsize=8)

@@ -169,3 +169,200 @@ def test_a_restore_that_only_switches_a_caller_to_a_new_helper_credits_the_helpe
     assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
     assert "whose change is only its use of softmax_scale" in helper.evidence[0]
     assert not caller.verified and "credited to the callee" in caller.evidence[0]
+
+
+RUNNER = "tinyserve/engine/model_runner.py"
+# A commit puts the model's forward behind persistent input buffers (a new class) whose positions are
+# refreshed only when the token count changes: equal-sized decode steps reuse stale positions.
+STATIC_INPUTS = """
+
+class StaticInputs:
+    \"\"\"The model's forward behind buffers allocated once; each step's inputs are copied in.\"\"\"
+
+    def __init__(self, forward, max_tokens: int):
+        self.forward = forward
+        self.positions = torch.zeros(max_tokens, dtype=torch.long)
+        self.num_tokens = 0
+
+    def __call__(self, input_ids, positions):
+        n = input_ids.shape[0]
+        if n != self.num_tokens:
+            self.positions[:n].copy_(positions)
+            self.num_tokens = n
+        return self.forward(input_ids, self.positions[:n])
+"""
+
+
+def test_a_restored_caller_hands_the_credit_to_the_new_class_it_builds_when_its_template_verifies(tmp_path):
+    """Regression (the caller was credited): restoring the caller that builds the new class removes
+    the divergence, but the fault is in the class. Its methods are reached by the class's name, and,
+    having no earlier version, they get their template edits: the memo guard run every time verifies
+    `__call__`, which takes the credit."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    path = repo / RUNNER
+    build = "        self.model = load_model(config)\n"
+    wrapped = build + "        self.model.forward = StaticInputs(self.model.forward, config.max_num_batched_tokens)\n"
+    path.write_text(path.read_text().replace(build, wrapped) + STATIC_INPUTS)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "static inputs"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober = Prober()
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {
+                "requests": [{"prompt_ids": list(range(3, 15)), "max_tokens": 4, "sampling": {"ignore_eos": True}}]
+            },
+        }
+    )
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller = candidate(RUNNER, "ModelRunner.__init__")
+    init, call = candidate(RUNNER, "StaticInputs.__init__"), candidate(RUNNER, "StaticInputs.__call__")
+    for h in (caller, init, call):
+        h.commit = sha
+    caller.score = 2.0  # ranked first: its restore verifies before the class is looked at
+    ranked = verify(repo, [caller, init, call], repro, prober, None)
+    assert ranked[0] is call and call.verified and call.verified_by == "fix-template"
+    assert "memo-guard" in call.evidence[0] and "+        if True:" in call.verifying_diff
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]
+
+
+SAMPLER = "tinyserve/layers/sampler.py"
+# The filters start from the logits before penalties and temperature: a value taken before its update.
+TRUNCATED_EARLY = (
+    "        logits = self.adjuster(logits, st)\n        truncated = logits\n",
+    "        truncated = logits\n        logits = self.adjuster(logits, st)\n",
+)
+
+
+def test_a_value_taken_before_its_input_is_updated_is_verified_by_the_stale_value_template(tmp_path):
+    repo = tree_at_base(tmp_path / "repo", TRUNCATED_EARLY, file=SAMPLER)
+    sampling = {"temperature": 0.5, "top_p": 0.7, "seed": 5, "ignore_eos": True}
+    sc = from_dict(
+        {
+            "model": {"arch": "llama", "seed": 4},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {"requests": [{"prompt_ids": list(range(3, 15)), "max_tokens": 4, "sampling": sampling}]},
+        }
+    )
+    prober = Prober()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged and repro.probe.first.tap.startswith("sampler")
+    forward = candidate(SAMPLER, "Sampler.forward")
+    ranked = verify(repo, [forward], repro, prober, None)
+    assert ranked[0] is forward and forward.verified and forward.verified_by == "fix-template"
+    assert "stale-value: `truncated = …` after `logits` is updated" in forward.evidence[0]
+    after = [line[1:].strip() for line in forward.verifying_diff.splitlines()[2:] if line[:1] in (" ", "+")]
+    assert after.index("truncated = logits") == after.index("logits = self.adjuster(logits, st)") + 1
+
+
+LOADER = "tinyserve/model_loader.py"
+SCALE_NORMS = """
+
+def scale_norms(model, factor):
+    \"\"\"Norm weights folded with a factor (for checkpoints stored pre-scaled).\"\"\"
+    for name, p in model.named_parameters():
+        if factor and name.endswith("norm.weight"):
+            p.data.mul_(factor)
+"""
+
+
+def test_a_new_argument_s_effect_is_credited_to_the_new_procedure_it_reaches(tmp_path):
+    """Regression (the caller was credited): a commit passes a new argument from the caller through a
+    changed callee to a new procedure that mutates the model wrongly. Restoring the caller verifies;
+    the callee cannot be restored alone (its signature changed with the caller); the new procedure
+    it passes the argument on to, made a no-op as it was before the commit, verifies and is credited."""
+    import subprocess
+
+    repo = tree_at_base(tmp_path / "repo", None)
+    loader = repo / LOADER
+    text = loader.read_text().replace(
+        "def load_model(config: Config) -> nn.Module:", "def load_model(config: Config, norm_factor=None) -> nn.Module:"
+    )
+    text = text.replace(
+        "    load_weights(model, config.model)\n    return model.eval()",
+        "    load_weights(model, config.model)\n    scale_norms(model, norm_factor)\n    return model.eval()",
+    )
+    loader.write_text(text + SCALE_NORMS)
+    runner = repo / RUNNER
+    runner.write_text(
+        runner.read_text().replace("self.model = load_model(config)", "self.model = load_model(config, 0.5)")
+    )
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "prescaled norms"], cwd=repo)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    caller, changed, new = (
+        candidate(RUNNER, "ModelRunner.__init__"),
+        candidate(LOADER, "load_model"),
+        candidate(LOADER, "scale_norms"),
+    )
+    for h in (caller, changed, new):
+        h.commit = sha
+    caller.score = 2.0
+    ranked = verify(repo, [caller, changed, new], repro, prober, None)
+    assert ranked[0] is new and new.verified and new.verified_by == "restore"
+    assert "a no-op (as before that commit) removes the divergence" in new.evidence[0]
+    assert "+    pass" in new.verifying_diff
+    assert not caller.verified and not changed.verified
+
+
+def test_a_procedure_s_no_op_version_keeps_its_header_and_docstring():
+    from tools.hypotheses.verify import noop_version
+
+    method = '    @staticmethod\n    def freeze(m, n):\n        """Doc."""\n        m.x = n\n        return\n'
+    assert noop_version(method) == '    @staticmethod\n    def freeze(m, n):\n        """Doc."""\n        pass\n'
+    assert noop_version("def f(xs, m):\n    for x in xs:\n        x.set(m)\n") == "def f(xs, m):\n    pass\n"
+    assert noop_version("def f(x):\n    if x:\n        return x\n") is None  # returns a value: no neutral version
+    assert noop_version("def g(xs):\n    yield from xs\n") is None
+
+
+BLOCKS = """class Blocks:
+    def __init__(self):
+        self.table = {"a": 1}
+        self.hash = "a"
+
+    def fresh(self):
+        self._evict()
+        return self.table
+
+    def _evict(self):
+        self.table.pop(self.hash, None)
+        self.hash = None
+"""
+
+
+def test_a_restored_method_brings_back_the_helper_its_commit_deleted(tmp_path):
+    """Regression (the restore crashed, so the culprit was untestable): a commit inlines a helper into
+    its caller and deletes it. The caller's old version calls the helper; restored alone it fails on
+    the missing name. Restored with the deleted sibling, it runs as it did before the commit."""
+    import subprocess
+
+    from tools.hypotheses.verify import restore_version
+    from tools.source.index import open_index
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "blocks.py").write_text(BLOCKS)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    lazy = BLOCKS.split("    def _evict")[0].rstrip() + "\n"
+    (repo / "blocks.py").write_text(lazy.replace("        self._evict()\n", "        self.hash = None\n"))
+    subprocess.run([*git, "commit", "-qam", "evict lazily"], cwd=repo, check=True)
+
+    old = open_index(repo, commit="HEAD~1", include_tests=False)
+    before = next(s for s in old.find("Blocks.fresh"))
+    assert restore_version(repo, "blocks.py", "Blocks.fresh", old.read(before), old)
+    namespace: dict = {}
+    exec((repo / "blocks.py").read_text(), namespace)
+    assert namespace["Blocks"]().fresh() == {}  # the old behaviour: the stale entry is dropped
+    assert (repo / "blocks.py").read_text().count("def _evict") == 1
+    # a sibling the tree still has is not duplicated
+    assert restore_version(repo, "blocks.py", "Blocks.fresh", old.read(before), old)
+    assert (repo / "blocks.py").read_text().count("def _evict") == 1

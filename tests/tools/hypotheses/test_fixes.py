@@ -70,13 +70,58 @@ def test_dropped_term_adds_back_a_parameter_the_body_never_reads():
     assert list(out.values()) == ["def add_norm(x, residual, w):\n    return (x * w) + residual\n"]
 
 
+def test_stale_value_moves_a_value_after_the_update_of_what_it_reads():
+    src = (
+        "    def forward(self, logits, st):\n"
+        "        probs = logits.softmax(-1)  # shared below\n"
+        "        logits = self.adjust(logits, st)\n"
+        "        kept = cut(logits, probs)\n"
+        "        return kept\n"
+    )
+    out = proposals(src, "stale-value")
+    assert list(out.values()) == [
+        "    def forward(self, logits, st):\n"
+        "        # shared below\n"
+        "        logits = self.adjust(logits, st)\n"
+        "        probs = logits.softmax(-1)\n"
+        "        kept = cut(logits, probs)\n"
+        "        return kept\n"
+    ]  # its trailing comment stays where it was
+    # used before the update, or rebound in between: the order is meant, nothing proposed
+    assert (
+        proposals(src.replace("logits = self.adjust(logits, st)", "logits = self.adjust(logits, probs)"), "stale-value")
+        == {}
+    )
+    assert proposals("def f(x):\n    n = len(x)\n    x = x + [0]\n    return n\n", "stale-value") != {}
+    assert proposals("def f(x):\n    n = len(x)\n    y = x + [0]\n    return n, y\n", "stale-value") == {}
+
+
+def test_memo_guard_runs_a_remembered_value_s_guarded_work_every_time():
+    src = (
+        "    def __call__(self, ids, positions):\n"
+        "        n = ids.shape[0]\n"
+        "        if n != self.num_tokens:\n"
+        "            self.positions[:n].copy_(positions)\n"
+        "            self.num_tokens = n\n"
+        "        return self.run(ids, self.positions[:n])\n"
+    )
+    out = proposals(src, "memo-guard")
+    assert list(out.values()) == [src.replace("if n != self.num_tokens:", "if True:")]
+    plain = "    def f(self, x):\n        if x > self.limit:\n            x = self.limit\n        return x\n"
+    assert proposals(plain, "memo-guard") == {}  # the body remembers nothing: no memo
+
+
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 def test_every_proposal_is_one_edit_that_parses(template):
     src = (
         "    def forward(self, x, residual=None, eps: float = 1e-6):\n"
         "        mask = pos[:, None] <= pos[None, :]\n"
         "        s = torch.exp(x[: n - 1] - m)\n"
-        "        return torch.where(mask, s, -s) * torch.rsqrt(x.pow(2).mean(-1) + eps)\n"
+        "        total = x.sum()\n"
+        "        x = x * 2\n"
+        "        if n != self.n:\n"
+        "            self.n = n\n"
+        "        return torch.where(mask, s, -s) * torch.rsqrt(x.pow(2).mean(-1) + eps) + total\n"
     )
     out = fixes(src, templates=(template,))
     assert out, template
@@ -84,7 +129,10 @@ def test_every_proposal_is_one_edit_that_parses(template):
         assert description.startswith(template) and new != src
         assert parse_function(new) is not None
         changed = [i for i, (a, b) in enumerate(zip(src.splitlines(), new.splitlines())) if a != b]
-        assert len(changed) == 1, description  # one edit, on one line
+        if template == "stale-value":  # one edit that moves a statement: the same lines, reordered
+            assert sorted(new.splitlines()) == sorted(src.splitlines()), description
+        else:
+            assert len(changed) == 1, description  # one edit, on one line
 
 
 def test_component_order_interleaves_templates_most_plausible_first():

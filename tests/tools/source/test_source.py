@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.source.index import SourceIndex, TreeSitterIndex, open_index, parse_file
+from tools.source.index import SourceIndex, TreeSitterIndex, commit_changes, open_index, parse_file
 
 KV_CACHE = textwrap.dedent('''\
     """Paged KV cache."""
@@ -248,6 +248,32 @@ def test_hunks_map_to_enclosing_functions_on_a_real_git_diff(tmp_path):
     # Without the old side, removal runs are placed by where they sit: same new-side answer.
     seen_new_only = {(c.file, c.symbol.qualname if c.symbol else None) for c in new.symbols_for_hunks(diff)}
     assert seen_new_only == {(f, q) for f, q, side in seen if side == "new"}
+
+
+def test_a_commit_s_changes_are_mapped_on_its_own_tree_not_on_a_later_one(tmp_path):
+    """A helper appended after `build` (commit 2); `build` grows later (commit 3). Commit 2's hunk
+    lines, read on HEAD's tree, fall inside the grown `build`; on the commit's own tree they are
+    the helper's alone. A function the commit touched that HEAD no longer has is left out."""
+    build = "def build(x):\n    return x\n"
+    repo = write_tree(tmp_path / "repo", {"engine/compile.py": build + "\n\ndef gone():\n    return 0\n"})
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    helper = "\n\ndef helper(x):\n    return x + 1\n"
+    write_tree(repo, {"engine/compile.py": build + "\n\ndef gone():\n    return 1\n" + helper})
+    git(repo, "commit", "-q", "-am", "add a helper")
+    added = git(repo, "rev-parse", "HEAD").strip()
+    grown = "def build(x):\n    y = x\n    y = y * 1\n    z = y\n    return z\n"
+    write_tree(repo, {"engine/compile.py": grown + helper})
+    git(repo, "commit", "-q", "-am", "build in steps; drop gone")
+    diff = git(repo, "diff", f"{added}~1", added)
+    head = open_index(repo, include_tests=False)
+
+    on_head = {c.symbol.qualname for c in head.symbols_for_hunks(diff) if c.symbol}
+    assert "build" in on_head  # the misattribution the mapping below avoids
+    mapped = commit_changes(repo, added, diff, head)
+    assert {c.symbol.qualname for c in mapped if c.symbol} == {"helper"}
+    assert all(c.symbol is None or c.symbol == head.find(c.symbol.qualname)[0] for c in mapped)
 
 
 def test_runtime_objects_map_to_symbols(engine_tree, monkeypatch):
