@@ -25,7 +25,7 @@ from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
-from tools.source.index import definition, open_index
+from tools.source.index import definition, open_index, parse_file
 
 FIX_PROBES_PER_FUNCTION = 12  # template edits tried on one function
 FIX_PROBES_PER_CASE = 24  # template edits tried in one diagnosis
