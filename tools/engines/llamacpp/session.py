@@ -268,11 +268,13 @@ def noise_dtype(options: dict, dtype: str) -> str | None:
     """The dtype whose harmless noise this configuration has, when coarser than the GGUF's own:
     quantized weights are multiplied by activations quantized to 8-bit blocks, a quantized K/V
     cache holds 8 bits or fewer (both as coarse as bfloat16); CPU flash attention casts K/V to f16
-    and accumulates V in f16, and so does an f16 cache under F32 weights."""
+    and accumulates V·softmax in f16 over the whole context, so its error grows with the sequence
+    (bug-free, F32, 274 tokens: 3.89x float16's floor, a false alarm a few tokens later): as coarse
+    as bfloat16 too. An f16 cache under F32 weights rounds each K/V once: float16."""
     cache = options.get("cache_type", FLOAT_TYPES[dtype])
-    if options.get("weights") or cache not in ("f32", "f16"):
+    if options.get("weights") or options.get("flash_attn") or cache not in ("f32", "f16"):
         return "bfloat16"
-    if dtype == "float32" and (options.get("flash_attn") or cache == "f16"):
+    if dtype == "float32" and cache == "f16":
         return "float16"
     return None
 
