@@ -25,7 +25,7 @@ from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
-from tools.source.index import definition, open_index, parse_file
+from tools.source.index import definition, language_of, open_index, parse_file
 
 FIX_PROBES_PER_FUNCTION = 12  # template edits tried on one function
 FIX_PROBES_PER_CASE = 24  # template edits tried in one diagnosis
@@ -86,9 +86,10 @@ def restore_version(tree: Path, file: str, qualname: str, old_text: str, old) ->
     that the tree no longer has (a helper deleted when the function stopped calling it), so that the
     old version runs as it did rather than failing on a missing name."""
     path = tree / file
-    if not path.exists() or not file.endswith(".py"):
+    language = language_of(file)
+    if not path.exists() or language is None:
         return False
-    present = {s.qualname for s in parse_file(file, path.read_bytes(), "python")[0]}
+    present = {s.qualname for s in parse_file(file, path.read_bytes(), language)[0]}
     parent = qualname.rpartition(".")[0]
     called = {name for name, _ in call_names(old_text)}
     missing = [

@@ -371,3 +371,45 @@ def test_a_restored_method_brings_back_the_helper_its_commit_deleted(tmp_path):
     # a sibling the tree still has is not duplicated
     assert restore_version(repo, "blocks.py", "Blocks.fresh", old.read(before), old)
     assert (repo / "blocks.py").read_text().count("def _evict") == 1
+
+
+VEC_C = """static float vec_sum(const float * x, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        s += x[i];
+    }
+    return s;
+}
+
+float vec_mean(const float * x, int n) {
+    return vec_sum(x, n) / n;
+}
+"""
+
+
+def test_a_c_function_is_restored_to_its_version_before_the_commit(tmp_path):
+    """Regression (verification never ran on a native tree: the restore took only `.py` files, so
+    every C/C++ suspect of a llama.cpp case went unverified): a C function is restored in place,
+    its neighbour untouched."""
+    import subprocess
+
+    from tools.hypotheses.verify import restore_version
+    from tools.source.index import open_index
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "vec.c").write_text(VEC_C)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    buggy = VEC_C.replace("for (int i = 0; i < n; ++i)", "for (int i = 0; i + 1 < n; ++i)")
+    (repo / "vec.c").write_text(buggy.replace("/ n;", "/ (float) n;"))
+    subprocess.run([*git, "commit", "-qam", "unroll"], cwd=repo, check=True)
+
+    old = open_index(repo, commit="HEAD~1", include_tests=False)
+    before = next(s for s in old.find("vec_sum"))
+    assert restore_version(repo, "vec.c", "vec_sum", old.read(before), old)
+    text = (repo / "vec.c").read_text()
+    assert "i < n; ++i" in text and "i + 1 < n" not in text  # vec_sum is back
+    assert "/ (float) n;" in text  # vec_mean keeps its own change
