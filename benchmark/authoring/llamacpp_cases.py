@@ -14,13 +14,13 @@ lives in benchmark/authoring/issues/<id>.md.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.authoring.common import CaseSpec, Step, issue_text, repro_data
 from benchmark.authoring.llamacpp_stream import CPU, KV, MODEL, VEC, X86Q, Commit, history
+from benchmark.authoring.tinyserve_hard import greedy
 
 SUBJECT = "llama.cpp"
 CASES_DIR = Path(__file__).resolve().parents[1] / "cases"
@@ -36,19 +36,6 @@ BASE_AUTHOR = "ggml-org <ggml@ggml.ai>"
 @dataclass
 class LlamaCppCase(CaseSpec):
     """A CaseSpec on the llama.cpp subject; `track` is set per case (easy, hard, at-base)."""
-
-
-def prompt(n: int, seed: int, vocab: int = 512) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(3, vocab) for _ in range(n)]
-
-
-def greedy(n: int, seed: int, max_tokens: int) -> dict:
-    return {
-        "prompt_ids": prompt(n, seed),
-        "max_tokens": max_tokens,
-        "sampling": {"temperature": 0.0, "ignore_eos": True},
-    }
 
 
 def scenario(model: dict, requests: list[dict], dtype: str = "float32", options: dict | None = None) -> dict:

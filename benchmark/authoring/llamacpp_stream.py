@@ -13,10 +13,7 @@ that point of the history, and no stream edit touches the text a case's culprit 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from benchmark.author import Step
-from benchmark.authoring.tinyserve_stream import Commit, dates
+from benchmark.authoring.tinyserve_stream import Commit, History, weave
 
 MODEL = "src/llama-model.cpp"
 KV = "src/llama-kv-cache.cpp"
@@ -461,24 +458,7 @@ def stream() -> list[Commit]:
 RELEASE_INDEX = {"b7010": 3, "b7024": 12, "b7041": 20}
 
 
-@dataclass(frozen=True)
-class History:
-    steps: list[Step]
-    bug_index: int | None  # 1-based position of the culprit in `steps`; None when the bug is at base
-    tags: dict[str, int]  # tag -> 1-based position of the tagged step
-
-
 def history(inserts: dict[int, list[Commit]], culprit: Commit | None, seed: int, upto: int | None = None) -> History:
-    """The stream (its first `upto` commits, default all) with `inserts[i]` placed right after stream
-    commit i (-1: before the first). `culprit` must be one of the inserted commits, or None for a bug at base."""
-    commits: list[Commit] = list(inserts.get(-1, []))
-    tags = {}
-    for i, commit in enumerate(stream()[:upto]):
-        commits.append(commit)
-        for tag, idx in RELEASE_INDEX.items():
-            if idx == i:
-                tags[tag] = len(commits)
-        commits.extend(inserts.get(i, []))
-    stamps = dates("2025-11-03", len(commits), seed)
-    steps = [Step(c.message, c.author, d, c.edits, slug=c.slug) for c, d in zip(commits, stamps, strict=True)]
-    return History(steps=steps, bug_index=commits.index(culprit) + 1 if culprit else None, tags=tags)
+    """The stream (its first `upto` commits, default all) with `inserts` woven in (tinyserve_stream.weave);
+    `culprit` None for a bug at base."""
+    return weave(stream()[:upto], RELEASE_INDEX, inserts, culprit, "2025-11-03", seed)

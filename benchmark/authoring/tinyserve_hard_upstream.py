@@ -12,7 +12,7 @@ is the v0.2.0 tag, 25+ commits back. Issue prose lives in benchmark/authoring/is
 from __future__ import annotations
 
 from benchmark.authoring.common import repro_toml
-from benchmark.authoring.tinyserve_hard import HardCase, prompt, stream_case
+from benchmark.authoring.tinyserve_hard import HardCase, greedy, prompt, stream_case
 from benchmark.authoring.tinyserve_stream import ATTN, CONFIG, NORM, PARAMS, README, RUNNER, SAMPLER, Commit
 
 LAYERNORM = "tinyserve/layers/layernorm.py"
@@ -46,14 +46,6 @@ def case(
     for at, commit in placed:
         inserts.setdefault(at, []).append(commit)
     return stream_case(id, number, category, modeled_on, title, repro, truth, inserts, culprit)
-
-
-def greedy(n: int, seed: int, max_tokens: int) -> dict:
-    return {
-        "prompt_ids": prompt(n, seed),
-        "max_tokens": max_tokens,
-        "sampling": {"temperature": 0.0, "ignore_eos": True},
-    }
 
 
 def target(dtype: str = "float32", **options) -> dict:

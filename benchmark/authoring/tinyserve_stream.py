@@ -652,23 +652,34 @@ def dates(start: str, n: int, seed: int) -> list[str]:
 @dataclass(frozen=True)
 class History:
     steps: list[Step]
-    bug_index: int  # 1-based position of the culprit in `steps`
+    bug_index: int | None  # 1-based position of the culprit in `steps`; None when the bug is at base
     tags: dict[str, int]  # tag -> 1-based position of the tagged step
 
 
-def history(inserts: dict[int, list[Commit]], culprit: Commit, seed: int) -> History:
-    """The stream with `inserts[i]` placed right after stream commit i (-1: before the first).
-
-    `culprit` must be one of the inserted commits; tags point at the release commits.
-    """
+def weave(
+    stream_commits: list[Commit],
+    releases: dict[str, int],
+    inserts: dict[int, list[Commit]],
+    culprit: Commit | None,
+    start: str,
+    seed: int,
+) -> History:
+    """A subject's commit stream with `inserts[i]` placed right after stream commit i (-1: before the
+    first), dated from `start` (seeded). `releases` tags stream commits by index; `culprit` must be one
+    of the inserted commits, or None for a bug at base."""
     commits: list[Commit] = list(inserts.get(-1, []))
     release_pos = {}
-    for i, commit in enumerate(stream()):
+    for i, commit in enumerate(stream_commits):
         commits.append(commit)
-        for tag, idx in RELEASE_INDEX.items():
+        for tag, idx in releases.items():
             if idx == i:
                 release_pos[tag] = len(commits)
         commits.extend(inserts.get(i, []))
-    stamps = dates("2025-02-10", len(commits), seed)
-    steps = [Step(c.message, c.author, d, c.edits, slug=c.slug) for c, d in zip(commits, stamps)]
-    return History(steps=steps, bug_index=commits.index(culprit) + 1, tags=release_pos)
+    stamps = dates(start, len(commits), seed)
+    steps = [Step(c.message, c.author, d, c.edits, slug=c.slug) for c, d in zip(commits, stamps, strict=True)]
+    return History(steps=steps, bug_index=commits.index(culprit) + 1 if culprit else None, tags=release_pos)
+
+
+def history(inserts: dict[int, list[Commit]], culprit: Commit, seed: int) -> History:
+    """tinyserve's stream with `inserts` woven in (weave); tags point at the release commits."""
+    return weave(stream(), RELEASE_INDEX, inserts, culprit, "2025-02-10", seed)
