@@ -1,7 +1,7 @@
 """llama.cpp cases (issue 17 part 3): silent bugs in the vendored llama.cpp, each modelled on a real
 ggml-org/llama.cpp issue or fix PR.
 
-    python -m benchmark.authoring.llamacpp_cases [CASE ...] [--cases-dir DIR]
+    python -m benchmark.author [CASE ...] [--cases-dir DIR]   # writes these (and every other module's) cases
 
 Every case is the shared llama.cpp commit stream (benchmark/authoring/llamacpp_stream.py) with the
 case's culprit inserted: the easy ones use the stream's first commits, the hard ones all of it with
@@ -13,8 +13,6 @@ lives in benchmark/authoring/issues/<id>.md.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,18 +346,3 @@ def gqa_broadcast() -> LlamaCppCase:
 
 
 CASES = [rope_group(), nkv_floor(), q8_absmax(), swiglu_tail(), softmax_hadd(), gqa_broadcast()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.authoring.llamacpp_cases")
-    ap.add_argument("cases", nargs="*", help="case ids (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = ap.parse_args(argv)
-    for spec in CASES:
-        if not args.cases or spec.id in args.cases:
-            print(spec.write(args.cases_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Bugs at base on tinyserve (issue 12 item 2, DESIGN §6b "Bug at base").
 
-    python -m benchmark.authoring.tinyserve_atbase [CASE ...] [--cases-dir DIR]
+    python -m benchmark.author [CASE ...] [--cases-dir DIR]   # writes these (and every other module's) cases
 
 Each case folds its bug into the `base` commit (`commits/00-base-<slug>.patch`), so no commit
 introduces it and there is no good ref; the history after base is 10+ commits that touch the
@@ -10,9 +10,7 @@ live in benchmark/authoring/issues/<id>.md. Truth names no commit.
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -354,18 +352,3 @@ CASES = [
         "loses up to a whole quantization step instead of half of one",
     ),
 ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("cases", nargs="*", help="case ids (default: all)")
-    parser.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = parser.parse_args(argv)
-    for case in CASES:
-        if not args.cases or case.id in args.cases:
-            print(case.write(args.cases_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Hard-track cases on tinyserve (issues 1501-1516 less 1504; docs/design.md §6b "Hard history").
 
-    python -m benchmark.authoring.tinyserve_hard [CASE ...] [--cases-dir DIR]
+    python -m benchmark.author [CASE ...] [--cases-dir DIR]   # writes these (and every other module's) cases
 
 Each case is the shared commit stream (benchmark/authoring/tinyserve_stream.py: 34 commits of
 docs, options, refactors, changed defaults, release bumps tagged v0.2.0 / v0.3.0 / v0.4.0)
@@ -12,9 +12,7 @@ tag 20+ commits back. Issue prose lives in benchmark/authoring/issues/<id>.md.
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -980,18 +978,3 @@ CASES = [
     llama3_smooth_band(),
     up_gate_layout(),
 ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.authoring.tinyserve_hard")
-    ap.add_argument("cases", nargs="*", help="case ids (default: all)")
-    ap.add_argument("--cases-dir", type=Path, default=CASES_DIR)
-    args = ap.parse_args(argv)
-    chosen = [c for c in CASES if not args.cases or c.id in args.cases]
-    for spec in chosen:
-        print(f"wrote {spec.write(args.cases_dir)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
