@@ -10,7 +10,8 @@ The split is a pure function of the url (sha256), fixed before any tuning. Files
 collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
 classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
 the rest extra `train` (dev and the first test split stay as they were). Files `raw/t*.txt` are a third collection,
-labelled and committed before any classifier ran on them; all of it is `test3`.
+labelled and committed before any classifier ran on them; all of it is `test3`. Files `raw/u*.txt` are a fourth
+collection, labelled and committed the same way before any classifier ran on them; all of it is `test4`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ TEST_BELOW, DEV_BELOW = 38, 58  # hash bucket (0..99): < 38 test, < 58 dev, else
 TEST2_BELOW = 67  # second collection: hash bucket of "fresh:" + url < 67 -> test2, else train
 SECOND_COLLECTION = "n"  # raw file prefix of the second collection
 THIRD_COLLECTION = "t"  # raw file prefix of the third collection: all of it is test3 (held out, scored once)
+FOURTH_COLLECTION = "u"  # raw file prefix of the fourth collection: all of it is test4 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -48,6 +50,8 @@ def split_for(url: str, raw_name: str) -> str:
     """The split of an issue, from its url and the raw file it was transcribed into."""
     if raw_name.startswith(THIRD_COLLECTION):
         return "test3"
+    if raw_name.startswith(FOURTH_COLLECTION):
+        return "test4"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -101,7 +105,7 @@ def build() -> list[dict]:
 def main() -> int:
     issues = build()
     OUT.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in issues))
-    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2", "test3")}
+    counts = {s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2", "test3", "test4")}
     for i in issues:
         counts[i["split"]][i["label"]] += 1
     print(f"{len(issues)} issues -> {OUT}")
