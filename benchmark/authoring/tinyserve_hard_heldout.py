@@ -572,7 +572,7 @@ def tp_stale_tables() -> HardCase:
         "ts-hard-tp-stale-tables",
         2038,
         "parallelism",
-        ["vllm-project/vllm#2760", "vllm-project/vllm#3775", "sgl-project/sglang#17850"],
+        ["vllm-project/vllm#42494", "vllm-project/vllm#5792", "sgl-project/sglang#17850"],
         "tensor_parallel_size=2: output goes wrong a few tokens into generation; TP=1 is fine",
         repro_toml({"arch": "llama", "seed": 38}, tgt, reqs, good_ref="v0.2.0"),
         (
