@@ -46,9 +46,8 @@ WORD = {
     "max_features": 6000,
 }
 CHAR = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "max_features": 12000}
-EVIDENCE_SCALE = (
-    0.3  # the shape features are 0/1; next to l2-normalised n-grams 0.3 was best out of fold (0.5, 1.0 worse)
-)
+# The shape features are mostly 0/1; next to l2-normalised n-grams 0.3 was best out of fold (0.5, 1.0 worse).
+EVIDENCE_SCALE = 0.3
 C_GRID = (4.0, 8.0)
 RULE_SCALE_GRID = (0.05, 0.1)  # how loud the rule scores are next to the n-grams (0.2 was worse out of fold)
 T_GRID = tuple(round(0.3 + 0.1 * k, 1) for k in range(28))  # 0.3 .. 3.0
