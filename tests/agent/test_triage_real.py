@@ -61,7 +61,7 @@ def test_shipped_model_records_its_cross_validation_and_beats_the_rules_on_what_
 
 
 def test_real_phrasings(issues):
-    # seen issues only (train, dev, test, test2: fitted on); the held-out test3 and test4 are never pinned by a test
+    # issues of the first two collections only (fitted on); no issue of a later split is pinned by a test
     cases = {
         "vllm/issues/55193": "silent",  # a LoRA adapter that silently serves the base model
         "llama.cpp/issues/3612": "silent",  # never stops generating
@@ -208,7 +208,8 @@ def test_fit_is_deterministic_and_the_weights_are_plain_json(issues):
     assert triage_model.dumps(a) == triage_model.dumps(b)
     shipped = json.loads(triage_model.WEIGHTS.read_text())
     assert shipped["labels"] == list(LABELS) and shipped["fitted_on"] == "+".join(triage_model.FIT_SPLITS)
-    assert not {"test3", "test4"} & set(triage_model.FIT_SPLITS)  # the held-out splits are never fitted on
+    # only the splits that have been looked at; the held-out test4 is never fitted on
+    assert set(triage_model.FIT_SPLITS) <= {"train", "dev", "test", "test2", "test3"}
     assert shipped["n_train"] == sum(i["split"] in triage_model.FIT_SPLITS for i in issues)
 
 
@@ -220,7 +221,7 @@ def test_shipped_weights_regenerate_byte_for_byte(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,  # 6 x 5 cross-validation fits and the final fit: ~11 min on 2 loaded cores
+        timeout=1800,  # 4 x 5 cross-validation fits and the final fit
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr

@@ -4,11 +4,14 @@ The model is a multinomial logistic regression whose features are
   - TF-IDF of word 1-2-grams and of character 2-5-grams (within word boundaries) of the issue's
     title (counted twice: it says more) and prose, plus the first code block lines, and
   - the seven rule scores of `tools.triage.rules` (scaled), so the model learns how far to trust
-    each rule family instead of replacing it.
+    each rule family instead of replacing it, and
+  - the shape of the report (`tools.triage.evidence`: traceback, shown output, expected-vs-actual,
+    a title that asks, the template tag, ...), which carries across trackers better than phrasings.
 It is fitted on every split of the real labelled set (`benchmark/triage/real/`) that has been
-looked at: train, dev, test and test2; its regularisation, softmax temperature and `silent`
-threshold are chosen by 5-fold cross-validation on those same issues (the out-of-fold figures are
-stored with the weights, also per split), so the held-out test3 is never read. Shipped as plain JSON weights (`tools/triage/model.json`, no pickle);
+looked at: train, dev, test, test2 and test3 (FIT_SPLITS; a split added later is not read); its
+regularisation, rule scale, softmax temperature and silent-vs-rest threshold are chosen by 5-fold
+cross-validation on those same issues (the out-of-fold figures are stored with the weights, also per
+split). Shipped as plain JSON weights (`tools/triage/model.json`, no pickle);
 `python -m tools.triage.model fit` regenerates that file byte for byte.
 
 `classify(title, body)` returns the same `Classification` as the rules: label, the model's
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.triage import evidence as triage_evidence
 from tools.triage import rules as triage_rules
 from tools.triage.rules import LABELS, Classification
 
@@ -42,11 +46,13 @@ WORD = {
     "max_features": 6000,
 }
 CHAR = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "max_features": 12000}
-C_GRID = (2.0, 4.0, 8.0)
-RULE_SCALE_GRID = (0.1, 0.2)  # how loud the rule scores are next to the n-grams
+# The shape features are mostly 0/1; next to l2-normalised n-grams 0.3 was best out of fold (0.5, 1.0 worse).
+EVIDENCE_SCALE = 0.3
+C_GRID = (4.0, 8.0)
+RULE_SCALE_GRID = (0.05, 0.1)  # how loud the rule scores are next to the n-grams (0.2 was worse out of fold)
 T_GRID = tuple(round(0.3 + 0.1 * k, 1) for k in range(28))  # 0.3 .. 3.0
-SILENT_MIN_GRID = (0.0, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)  # `silent` only at p >= this (else the runner-up)
-FIT_SPLITS = ("train", "dev", "test", "test2")  # the seen splits; the held-out test3 is never read when fitting
+SILENT_MIN_GRID = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)  # `silent` exactly when p(silent) >= this
+FIT_SPLITS = ("train", "dev", "test", "test2", "test3")  # the seen splits; a split added later is never fitted on
 FOLDS = 5
 DIGITS = 5  # rounding of stored weights: regeneration is byte-identical across BLAS orders
 
@@ -102,7 +108,15 @@ def features(title: str, body: str, w: dict) -> tuple[dict[int, float], list[flo
     rules, c = rule_vector(title, body, w.get("rule_scale", RULE_SCALE))
     offset = n_word + len(w["char"]["idf"])
     x.update({offset + k: v for k, v in enumerate(rules) if v})
+    if "evidence_scale" in w:  # weights fitted before the shape block have no columns for it
+        shape = evidence_vector(title, body, w["evidence_scale"])
+        x.update({offset + len(rules) + k: v for k, v in enumerate(shape) if v})
     return x, rules, c
+
+
+def evidence_vector(title: str, body: str, scale: float = EVIDENCE_SCALE) -> list[float]:
+    """The report's shape (`tools.triage.evidence.NAMES` order), scaled."""
+    return [v * scale for v in triage_evidence.shape(title, body)]
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -121,20 +135,27 @@ def classify(title: str, body: str, weights: dict | None = None) -> Classificati
     val = np.fromiter(x.values(), dtype=np.float64, count=len(x))
     logits = w["_coef"][:, idx] @ val + np.array(w["intercept"])
     p = softmax(logits / w.get("temperature", 1.0))
-    k = decide(p, w.get("silent_min", 0.0))
+    k = decide(p, w.get("silent_min"))
     return Classification(
         LABELS[k], round(float(p[k]), 3), rules_c.scores, rules_c.cues + tuple(top_terms(w, idx, val, k))
     )
 
 
-def decide(p: np.ndarray, silent_min: float) -> int:
-    """The most probable label, except that `silent` needs `silent_min` (else the runner-up). Pure.
+def decide(p: np.ndarray, silent_min: float | None) -> int:
+    """Silent-vs-rest first: `silent` exactly when p(silent) >= `silent_min`; else the most probable
+    other label (`silent_min` None: the most probable label). Pure.
 
-    A false silent alarm costs a diagnosis run and a wrong comment; the threshold is the one with
-    the best out-of-fold min(silent precision, recall) (`choose_decision`)."""
-    order = np.argsort(-p, kind="stable")
-    k = int(order[0])
-    return int(order[1]) if LABELS[k] == "silent" and p[k] < silent_min else k
+    A false silent alarm costs a diagnosis run and a wrong comment, a miss leaves a wrong answer
+    unexamined; the threshold is the one with the best out-of-fold min(silent precision, recall)
+    (`choose_decision`), so it balances the two."""
+    s = LABELS.index("silent")
+    if silent_min is None:
+        return int(np.argmax(p))
+    if p[s] >= silent_min:
+        return s
+    rest = np.array(p, dtype=np.float64)
+    rest[s] = -1.0
+    return int(np.argmax(rest))
 
 
 def top_terms(w: dict, idx: np.ndarray, val: np.ndarray, k: int, n: int = 3) -> list[str]:
@@ -158,7 +179,9 @@ def _names(w: dict) -> list[str]:
 # --- fitting (build time) ----------------------------------------------------------------------
 
 
-def fit(issues: list[dict], c_value: float, rule_scale: float = RULE_SCALE) -> dict:
+def fit(
+    issues: list[dict], c_value: float, rule_scale: float = RULE_SCALE, evidence_scale: float = EVIDENCE_SCALE
+) -> dict:
     """Fit vocabularies, idf and the logistic regression on `issues`. Deterministic."""
     from scipy.sparse import csr_matrix, hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -176,6 +199,7 @@ def fit(issues: list[dict], c_value: float, rule_scale: float = RULE_SCALE) -> d
             "idf": [round(float(v), DIGITS) for v in vec.idf_],
         }
     parts.append(csr_matrix([rule_vector(i["title"], i["body"], rule_scale)[0] for i in issues]))
+    parts.append(csr_matrix([evidence_vector(i["title"], i["body"], evidence_scale) for i in issues]))
     x = hstack(parts).tocsr()
     y = [LABELS.index(i["label"]) for i in issues]
     lr = LogisticRegression(C=c_value, max_iter=5000, class_weight="balanced", tol=1e-8)
@@ -188,6 +212,7 @@ def fit(issues: list[dict], c_value: float, rule_scale: float = RULE_SCALE) -> d
         "labels": list(LABELS),
         "C": c_value,
         "rule_scale": rule_scale,
+        "evidence_scale": evidence_scale,
         "n_train": len(issues),
         "word": blocks["word"],
         "char": blocks["char"],
@@ -219,7 +244,7 @@ def out_of_fold(
     return [(logits_of(fitted[n % folds], i), LABELS.index(i["label"])) for n, i in enumerate(pool)]
 
 
-def oof_figures(rows: list[tuple[np.ndarray, int]], temperature: float, silent_min: float) -> dict:
+def oof_figures(rows: list[tuple[np.ndarray, int]], temperature: float, silent_min: float | None) -> dict:
     """Accuracy, silent precision / recall and log loss of out-of-fold rows under a decision rule. Pure."""
     s = LABELS.index("silent")
     probs = [softmax(z / temperature) for z, _ in rows]
@@ -251,7 +276,7 @@ def calibration_error(correct: list[bool], confidence: list[float], bins: int = 
 def choose_decision(rows: list[tuple[np.ndarray, int]]) -> tuple[float, float]:
     """Temperature (least out-of-fold log loss), then the silent threshold with the best out-of-fold
     min(silent precision, recall), ties to the better accuracy, then to the lower threshold."""
-    t = min(T_GRID, key=lambda t: oof_figures(rows, t, 0.0)["log_loss"])
+    t = min(T_GRID, key=lambda t: oof_figures(rows, t, None)["log_loss"])
 
     def key(m: float) -> tuple[float, float, float]:
         f = oof_figures(rows, t, m)
@@ -263,11 +288,11 @@ def choose_decision(rows: list[tuple[np.ndarray, int]]) -> tuple[float, float]:
 def build(path: Path = REAL_SET) -> tuple[dict, dict]:
     """Choose C and the rule scale (least out-of-fold log loss at its best temperature), then the temperature
     and the silent threshold, all by k-fold cross-validation on the seen splits (FIT_SPLITS); fit on all
-    of them. The held-out test3 is not read."""
+    of them. Splits outside FIT_SPLITS (a held-out split added later) are not read."""
     issues = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     pool = [i for i in issues if i["split"] in FIT_SPLITS]
     rows = {(c, r): out_of_fold(pool, c, r) for c in C_GRID for r in RULE_SCALE_GRID}
-    loss = {k: min(oof_figures(v, t, 0.0)["log_loss"] for t in T_GRID) for k, v in rows.items()}
+    loss = {k: min(oof_figures(v, t, None)["log_loss"] for t in T_GRID) for k, v in rows.items()}
     c_value, rule_scale = min(rows, key=lambda k: (loss[k], k[0], -k[1]))
     temperature, silent_min = choose_decision(rows[c_value, rule_scale])
     weights = fit(pool, c_value, rule_scale)

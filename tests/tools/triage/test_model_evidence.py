@@ -1,0 +1,64 @@
+"""The shape features of an issue and the silent-vs-rest decision of the triage model (written texts only)."""
+
+import numpy as np
+
+from tools.triage import model as triage_model
+from tools.triage.evidence import NAMES, TAGS, shape, title_tag
+from tools.triage.rules import LABELS
+
+TRACEBACK = '```\nTraceback (most recent call last)\n  File "serve.py", line 3, in <module>\nValueError: bad shape\n```'
+
+
+def named(title: str, body: str) -> dict[str, float]:
+    values = shape(title, body)
+    assert len(values) == len(NAMES)
+    return dict(zip(NAMES, values))
+
+
+def test_a_bare_bug_tag_over_a_traceback_is_read_as_shown_failure_not_shown_output():
+    f = named("[Bug]", TRACEBACK)
+    assert f["tag only"] == f["tag bug"] == f["traceback"] == f["exception named"] == f["has code"] == 1.0
+    assert f["output shown"] == f["expected shown"] == f["title asks"] == 0.0
+
+
+def test_wrong_output_asked_as_a_question_keeps_its_evidence():
+    body = "Prompt: 2+2=\nOutput: 5\nExpected output: 4, but got 5 with the new backend, compared to the CPU one."
+    f = named("Is the new backend supported?", body)
+    assert f["title asks"] == f["title opens with an interrogative"] == 1.0
+    assert f["expected shown"] == f["actual shown"] == f["expected and actual"] == 1.0
+    assert f["output shown"] == f["prompt shown"] == f["comparison"] == 1.0
+    assert f["traceback"] == 0.0 and f["tag only"] == 0.0
+
+
+def test_size_script_and_tags():
+    empty = named("Feature Request: longer context", "")
+    assert empty["no body"] == 1.0 and empty["body length"] == 0.0 and empty["tag feature"] == 1.0
+    assert named("模型输出有问题", "输出和参考实现不一致")["mostly CJK"] == 1.0
+    assert title_tag("[Feature Request]: x") == "feature" and title_tag("[Docs] x") == "doc" and title_tag("x") == ""
+    assert set(TAGS) >= {"bug", "usage", "feature", "question", "performance"}
+    assert all(0.0 <= v <= 1.5 for v in shape("t", "x" * 100_000))
+
+
+def test_silent_is_decided_against_the_rest_by_its_threshold():
+    s = LABELS.index("silent")
+    p = np.zeros(len(LABELS))
+    p[s], p[LABELS.index("crash")], p[LABELS.index("question")] = 0.4, 0.45, 0.15
+    assert triage_model.decide(p, 0.35) == s  # above the threshold: silent even when not the most probable
+    assert triage_model.decide(p, 0.5) == LABELS.index("crash")
+    assert triage_model.decide(p, None) == LABELS.index("crash")  # no threshold: the most probable
+    p[s], p[LABELS.index("crash")] = 0.55, 0.3
+    assert triage_model.decide(p, 0.6) == LABELS.index("crash")  # below it: the best other label
+
+
+def test_weights_without_the_shape_block_still_classify():
+    issues = [
+        {"title": f"[Bug] output is garbage {k}", "body": "Output: !!!!", "label": "silent"} for k in range(4)
+    ] + [{"title": f"crash on start {k}", "body": TRACEBACK, "label": "crash"} for k in range(4)]
+    w = triage_model.fit(issues, 4.0)
+    n_text = len(w["word"]["idf"]) + len(w["char"]["idf"])
+    assert len(w["coef"][0]) == n_text + len(LABELS) + len(NAMES)
+    old = {k: v for k, v in w.items() if k != "evidence_scale"}
+    old["coef"] = [row[: n_text + len(LABELS)] for row in w["coef"]]
+    for weights in (w, old):
+        c = triage_model.classify("[Bug] output is garbage", "Output: !!!!", triage_model._ready(weights))
+        assert c.label == "silent" and 0.0 < c.confidence <= 1.0
