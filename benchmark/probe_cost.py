@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -50,17 +51,28 @@ def smollm2_scenario(requests: int, tokens: int) -> Scenario:
     )
 
 
-def one_round(scenario, taps) -> float:
-    """Seconds for target + two teacher-forced reference runs (+ comparison when taps are on)."""
+def one_round(scenario, taps) -> dict:
+    """Seconds for target + two teacher-forced reference runs (+ comparison when taps are on), and
+    their parts summed over the three runs: start-up, engine (forward and capture), save, load."""
     prober = Prober()
     start = time.perf_counter()
     target = prober.run_target(scenario, None, taps=taps)
     teacher, weights = target.sequences(), target.meta.get("weights")
     high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
     low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
+    comparing = time.perf_counter()
     if taps is None:
         compare_traces(scenario, target, low, high)
-    return time.perf_counter() - start
+    parts: dict[str, float] = {}
+    for trace in (target, high, low):
+        for part, seconds in trace.meta.get("timing", {}).items():
+            parts[part] = parts.get(part, 0.0) + seconds
+    end = time.perf_counter()
+    return {"total_s": end - start, **parts, "compare_s": end - comparing}
+
+
+def medians(rounds: list[dict]) -> dict:
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rounds), 2) for k in rounds[0]}
 
 
 def main(argv=None) -> int:
@@ -73,21 +85,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     scenario = smollm2_scenario(args.requests, args.tokens) if args.smollm2 else load(args.scenario)
     one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
-    plain, probe = [], []
-    for _ in range(args.repeats):
+    plain: list[dict] = []
+    probe: list[dict] = []
+    for i in range(args.repeats):
         plain.append(one_round(scenario, []))
         probe.append(one_round(scenario, None))
-    p, q = statistics.median(plain), statistics.median(probe)
+        print(f"round {i + 1}: plain {plain[-1]['total_s']:.2f} s, probe {probe[-1]['total_s']:.2f} s", file=sys.stderr)
+    p, q = medians(plain), medians(probe)
     print(
         json.dumps(
             {
                 "scenario": f"smollm2 {args.requests} x {args.tokens} tokens" if args.smollm2 else str(args.scenario),
                 "repeats": args.repeats,
-                "plain_s": [round(x, 2) for x in plain],
-                "probe_s": [round(x, 2) for x in probe],
-                "plain_median_s": round(p, 2),
-                "probe_median_s": round(q, 2),
-                "ratio": round(q / p, 2),
+                "plain_s": [round(r["total_s"], 2) for r in plain],
+                "probe_s": [round(r["total_s"], 2) for r in probe],
+                "plain_median_s": p["total_s"],
+                "probe_median_s": q["total_s"],
+                "ratio": round(q["total_s"] / p["total_s"], 2),
+                "plain_parts_median_s": p,
+                "probe_parts_median_s": q,
             },
             indent=2,
         )

@@ -150,7 +150,7 @@ class LazyTapRecord(TapRecord):
         self.file, self.number = file, number
         self.name, self.step, self.request, self.positions, self.rank = name, step, request, positions, rank
 
-    @property  # type: ignore[override]
+    @property
     def tensor(self) -> torch.Tensor:
         return self.file.get(self.number)
 
