@@ -82,9 +82,11 @@ def main(argv=None) -> int:
     ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M instead of the scenario's model")
     ap.add_argument("--requests", type=int, default=2, help="with --smollm2: how many requests")
     ap.add_argument("--tokens", type=int, default=128, help="with --smollm2: tokens generated per request")
+    ap.add_argument("--no-warmup", action="store_true", help="no first probe to warm the caches (already warm)")
     args = ap.parse_args(argv)
     scenario = smollm2_scenario(args.requests, args.tokens) if args.smollm2 else load(args.scenario)
-    one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
+    if not args.no_warmup:
+        one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
     plain: list[dict] = []
     probe: list[dict] = []
     for i in range(args.repeats):

@@ -11,7 +11,7 @@ import json
 import struct
 import sys
 from array import array
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -53,6 +53,9 @@ class Trace:
         return [o.prompt_ids + o.output_ids for o in self.outputs]
 
 
+RECORD_FIELDS = [f for f in fields(TapRecord) if f.name != "tensor"]  # what trace.json holds of a record
+
+
 def save(trace: Trace, out_dir: str | Path) -> Path:
     from safetensors.torch import save_file
 
@@ -60,7 +63,8 @@ def save(trace: Trace, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tensors = {f"r{i}": r.tensor.detach().contiguous().cpu() for i, r in enumerate(trace.records)}
     save_file(tensors, str(out / "taps.safetensors"))
-    index = [{k: v for k, v in asdict(r).items() if k != "tensor"} for r in trace.records]
+    # not asdict(): it deep-copies every record's tensor only for the index to drop it
+    index = [{f.name: getattr(r, f.name) for f in RECORD_FIELDS} for r in trace.records]
     doc = {
         "engine": trace.engine,
         "dtype": trace.dtype,
