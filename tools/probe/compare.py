@@ -7,6 +7,7 @@ ratio = err_T / max(err_R, floor[dtype]). A correct implementation sits near 1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -108,8 +109,9 @@ def common_finite(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor):
     return tuple(torch.where(keep, x.double(), torch.zeros((), dtype=torch.float64)) for x in (t, r, y))
 
 
-def tap_stats(aligned: list[Aligned], dtype: str) -> list[TapStat]:
-    """Ratio statistics of the taps compared element-wise (the sampling-judged ones are skipped)."""
+def tap_stats(aligned: Iterable[Aligned], dtype: str) -> list[TapStat]:
+    """Ratio statistics of the taps compared element-wise (the sampling-judged ones are skipped); one
+    tap at a time, so a lazy `aligned` (align.iter_aligned) is never held whole."""
     floor = NOISE_FLOOR[dtype]
     stats = []
     for a in aligned:

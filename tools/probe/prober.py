@@ -20,7 +20,7 @@ from tools.engines.protocol import RunJob, check_spec
 from tools.engines.runner import EngineRunError, end_cleanly, run_engine
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.probe import compare
-from tools.probe.align import align
+from tools.probe.align import iter_aligned
 from tools.probe.checkpoints import ensure_checkpoint, reference_checkpoint
 from tools.probe.trace import Trace
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
@@ -196,13 +196,15 @@ def imported_from(meta: dict) -> str | None:
 
 
 def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -> ProbeResult:
-    """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given)."""
+    """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given). Taps are
+    compared one at a time and only their summaries kept: over lazily loaded traces
+    (`trace.load(dir, lazy=True)`) the memory it needs does not grow with the number of layers."""
     from tools.probe.sampler_taps import sampler_stats
 
     # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
     # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
     dtype = target.meta.get("noise_dtype") or scenario.target.dtype
-    stats = compare.tap_stats(align(target, low, high), dtype) + sampler_stats(scenario, target, high)
+    stats = compare.tap_stats(iter_aligned(target, low, high), dtype) + sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
@@ -253,7 +255,7 @@ def text_divergence_record(target: Trace, requests: list[int]) -> compare.Diverg
 def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace, dtype: str = "") -> dict[int, int]:
     from tools.probe.align import index
 
-    logits = index(high)
+    logits = index(high, names=("sampler.logits", "logits"))
     out = {}
     for r, req in enumerate(scenario.requests):
         # greedy picks the argmax after penalties: use the reference's sampler logits when it has them

@@ -29,11 +29,12 @@ from tools.probe.trace import Trace
 from tools.scenario import Request, Scenario
 
 GREEDY = {"top_k": 1}  # a greedy row keeps its best token; every other token is undecided
+SAMPLER_INPUTS = ("sampler.probs", "sampler.token", "sampler.logits", "logits")  # the taps judging sampling reads
 
 
 def sampler_stats(scenario: Scenario, target: Trace, high: Trace) -> list[compare.TapStat]:
     """TapStats of `sampler.probs` and `sampler.token` per request, judged as sampling."""
-    t_idx, y_idx = index(target), index(high)
+    t_idx, y_idx = index(target, SAMPLER_INPUTS), index(high, SAMPLER_INPUTS)
     stats = []
     for r, req in enumerate(scenario.requests):
         probs = t_idx.get(("sampler.probs", r))
