@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,28 @@ def parse_file(path: str, data: bytes, language: str) -> tuple[list[Symbol], dic
             kind_node = (caps["function"] if "function" in caps else caps["class"])[0]
             defs.append((kind_node, caps["name"][0], "class" if "class" in caps else "function"))
     return _sweep(path, data, language, defs, calls)
+
+
+PARSED_FILES_KEPT = 16384  # a transformers tree is ~3000 indexed files: a few trees' worth
+
+
+def parsed(path: str, data: bytes, language: str) -> tuple[list[Symbol], dict[str, list[str]]]:
+    """parse_file, remembered by (path, language, content hash) for every index this process builds:
+    a diagnosis indexes the tree, then a commit and its parent, which share nearly all their files, and
+    parsing is most of an index's cost (minutes for a transformers tree on a loaded machine). The
+    result is parse_file's for those bytes, shared: Symbols are frozen, and no index changes its lists."""
+    key = (path, language, hashlib.sha1(data).digest())
+    hit = _PARSED.get(key)
+    if hit is None:
+        hit = _PARSED[key] = parse_file(path, data, language)
+        if len(_PARSED) > PARSED_FILES_KEPT:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return hit
+
+
+_PARSED: OrderedDict[tuple[str, str, bytes], tuple[list[Symbol], dict[str, list[str]]]] = OrderedDict()
 
 
 def language_of(path: str) -> str | None:
@@ -302,7 +325,7 @@ class TreeSitterIndex:
             if language is None:
                 continue
             self.texts[path] = data
-            symbols, edges = parse_file(path, data, language)
+            symbols, edges = parsed(path, data, language)
             self.symbols.extend(symbols)
             self._calls.update({(path, q): names for q, names in edges.items()})
         self._by_file: dict[str, list[Symbol]] = {}
