@@ -93,8 +93,13 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
 
     session = make_session(inputs, cfg, stages)
     graph = build_graph(session)
-    if out_dir is not None and stages is None:
-        warm_plotting()  # meanwhile the orchestrator mostly waits on engine processes
+    if stages is None:  # work for later, done while the orchestrator mostly waits on engine processes
+        if inputs.repo is not None and Path(inputs.repo).is_dir():
+            from tools.source.index import prefetch_index
+
+            prefetch_index(inputs.repo, include_tests=False)  # read_source's index
+        if out_dir is not None:
+            warm_plotting()
     state: dict[str, Any] = {
         "issue": inputs.issue,
         "issue_text": inputs.issue_text,

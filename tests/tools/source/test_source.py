@@ -323,7 +323,9 @@ def test_a_commit_s_index_parses_only_the_files_it_does_not_share(tmp_path):
     head, parent = open_index(repo, commit="HEAD"), open_index(repo, commit="HEAD~1")
     assert len(source_index._PARSED) == 4  # the parent's rotary.py alone was new
     for index in (tree, head, parent):
-        fresh = [s for path, data in sorted(index.texts.items()) for s in parse_file(path, data, index_language(path))[0]]
+        fresh = [
+            s for path, data in sorted(index.texts.items()) for s in parse_file(path, data, index_language(path))[0]
+        ]
         assert sorted(index.symbols, key=str) == sorted(fresh, key=str)
     assert head.find("helper") and not parent.find("helper")
 
@@ -334,6 +336,21 @@ def index_language(path: str) -> str:
     language = language_of(path)
     assert language is not None
     return language
+
+
+def test_a_prefetched_index_is_the_one_open_index_returns(engine_tree):
+    """Built in a background thread while the caller does other things; open_index then waits for it
+    (or finds it cached) instead of building a second one, and a file changed since is indexed again."""
+    from tools.source.index import prefetch_index
+
+    prefetch_index(engine_tree, include_tests=False)
+    first = open_index(engine_tree, include_tests=False)
+    prefetch_index(engine_tree, include_tests=False).join()
+    assert open_index(engine_tree, include_tests=False) is first and first.find("BlockManager.allocate")
+    path = engine_tree / "tinyserve/rotary.py"
+    path.write_text(path.read_text() + "\n\ndef added():\n    pass\n")
+    prefetch_index(engine_tree, include_tests=False).join()
+    assert open_index(engine_tree, include_tests=False).find("added")
 
 
 def test_module_level_code_and_unknown_files_map_to_no_symbol():
