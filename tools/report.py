@@ -15,6 +15,7 @@ that answered, and says so when nothing ran.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,25 @@ def tap_ticks(taps: list[str]) -> tuple[list[int], list[str]]:
     bands = layer_bands(taps)
     every = -(-len(bands) // MAX_LAYER_LABELS)
     return [lo for _, lo, _ in bands[::every]], [f"layer {layer}" for layer, _, _ in bands[::every]]
+
+
+def warm_plotting() -> threading.Thread:
+    """Import matplotlib's plotting (Agg) in a background thread, so that it is there when
+    write_report plots: seconds of imports, which a diagnosis's orchestrator can spend while it waits
+    on its engine processes. Best effort: plot_divergence imports whatever is still missing itself."""
+
+    def load():
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        except Exception:  # the plot's own import will say what is wrong
+            pass
+
+    thread = threading.Thread(target=load, name="diffdx-warm-plotting", daemon=True)
+    thread.start()
+    return thread
 
 
 def plot_divergence(

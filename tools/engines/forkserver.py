@@ -199,6 +199,7 @@ class ForkServer:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
+        self.ready = False  # it said "ready" (launch() does not wait for that; start() does)
         self.lock = threading.Lock()
         self.owner = os.getpid()  # a forked orchestrator must start its own
 
@@ -213,33 +214,49 @@ class ForkServer:
             env.get("PYTHONPATH", ""), PRELOAD + PRELOAD_DEEP + self.preload
         )
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        """Start the zygote's interpreter without waiting for it (start() waits): its imports then
+        overlap whatever the caller does meanwhile. A no-op while one is alive."""
         with self.lock:
-            if self.proc is not None and self.proc.poll() is None:
+            if self.proc is None or self.proc.poll() is not None:
+                self.launch_locked()
+
+    def start(self) -> None:
+        """The zygote, started and ready to fork; ZygoteUnavailable when it cannot be."""
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is None and self.ready:
                 return
+            if self.proc is None or self.proc.poll() is not None:
+                self.launch_locked()
+            self.wait_ready_locked()
+
+    def launch_locked(self) -> None:
+        self.stop_locked()
+        self.dir = tempfile.mkdtemp(prefix="diffdx-zygote-")
+        sock = os.path.join(self.dir, "sock")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.engines.forkserver", sock, *self.preload],
+            env=self.env,
+            cwd=self.dir,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.ready = False
+        atexit.register(self.stop)
+
+    def wait_ready_locked(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None  # launched, a PIPE
+        try:
+            ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
+            self.ready = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+        except BaseException:
+            self.stop_locked()  # interrupted while it was starting
+            raise
+        if not self.ready:
             self.stop_locked()
-            self.dir = tempfile.mkdtemp(prefix="diffdx-zygote-")
-            sock = os.path.join(self.dir, "sock")
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tools.engines.forkserver", sock, *self.preload],
-                env=self.env,
-                cwd=self.dir,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            atexit.register(self.stop)
-            assert self.proc.stdout is not None  # a PIPE
-            try:
-                ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
-                started = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
-            except BaseException:
-                self.stop_locked()  # interrupted while it was starting
-                raise
-            if not started:
-                self.stop_locked()
-                raise ZygoteUnavailable("the fork server did not start")
+            raise ZygoteUnavailable("the fork server did not start")
 
     def spawn(self, module: str, args: list[str], env: dict, cwd: str, log: str) -> ForkedRun:
         self.start()

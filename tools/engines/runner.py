@@ -22,11 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
-from tools.engines.protocol import RunJob
-from tools.probe import trace as trace_io
 from tools.procgroup import run_in_group
+
+if TYPE_CHECKING:  # imported where used: this module imports no torch, so a zygote can start before it does
+    from tools.engines.protocol import RunJob
+    from tools.probe.trace import Trace
 
 DIFFDX_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT_S = 600.0
@@ -66,9 +69,11 @@ def run_engine(
     source_root: str | Path | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     workdir: str | Path | None = None,
-) -> trace_io.Trace:
+) -> Trace:
     """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path.
     The run's folder is removed afterwards, whatever happens, unless DIFFDX_KEEP_TEMP is set."""
+    from tools.probe import trace as trace_io
+
     tmp = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
     try:
         (tmp / "job.json").write_text(json.dumps(job.to_json()))
@@ -127,6 +132,33 @@ def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, st
 def fork_server(env: dict) -> ForkServer | None:
     """This process's zygote for runs with `env` (started lazily; one per set of modules it may
     import ahead, tools.engines.zygote_preload), or None when off, unavailable or `env` needs other flags."""
+    server = zygote_for(env)
+    if server is None or not server.compatible(env):
+        return None
+    try:
+        server.start()
+    except (ZygoteUnavailable, OSError):
+        return None
+    return server
+
+
+def prestart(source_roots: list[str | Path | None]) -> None:
+    """Launch, without waiting, the zygotes that runs of these trees (None: the installed engines)
+    will fork from, so that their start-up (torch and the reference imported, seconds) overlaps the
+    caller's own imports before its first engine run. The path is guessed without the adapters'
+    hooks (tools.engines.worker_paths): a wrong guess costs an idle zygote, stopped at exit."""
+    for root in dict.fromkeys(source_roots):
+        env = worker_env(root)
+        server = zygote_for(env)
+        if server is not None and server.compatible(env):
+            try:
+                server.launch()
+            except OSError:
+                pass  # the run that needs it will try again, and fall back to a plain subprocess
+
+
+def zygote_for(env: dict) -> ForkServer | None:
+    """The ForkServer (maybe not started) for runs with `env`; None when zygotes are off."""
     from tools.engines import zygote_preload
 
     if os.environ.get("DIFFDX_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
@@ -135,12 +167,6 @@ def fork_server(env: dict) -> ForkServer | None:
     server = _SERVERS.get(preload)
     if server is None or server.owner != os.getpid():
         server = _SERVERS[preload] = ForkServer(worker_env(None), preload=preload)
-    if not server.compatible(env):
-        return None
-    try:
-        server.start()
-    except (ZygoteUnavailable, OSError):
-        return None
     return server
 
 

@@ -19,6 +19,8 @@ import hashlib
 import inspect
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,15 +128,22 @@ class SourceIndex(Protocol):
 # --- parsing one file (pure: bytes in, symbols out) ---------------------------------------------
 
 
-@functools.cache
 def _query(language: str) -> tuple[ts.Parser, ts.Query]:
+    """This thread's parser and query for `language` (a parser is not to be shared between threads:
+    prefetch_index parses in one of its own)."""
     import tree_sitter_c
     import tree_sitter_cpp
     import tree_sitter_python
 
-    module = {"python": tree_sitter_python, "cpp": tree_sitter_cpp, "c": tree_sitter_c}[language]
-    lang = ts.Language(module.language())
-    return ts.Parser(lang), ts.Query(lang, QUERIES[language])
+    made = _THREAD.__dict__.setdefault("queries", {})
+    if language not in made:
+        module = {"python": tree_sitter_python, "cpp": tree_sitter_cpp, "c": tree_sitter_c}[language]
+        lang = ts.Language(module.language())
+        made[language] = ts.Parser(lang), ts.Query(lang, QUERIES[language])
+    return made[language]
+
+
+_THREAD = threading.local()
 
 
 def parse_file(path: str, data: bytes, language: str) -> tuple[list[Symbol], dict[str, list[str]]]:
@@ -150,6 +159,28 @@ def parse_file(path: str, data: bytes, language: str) -> tuple[list[Symbol], dic
             kind_node = (caps["function"] if "function" in caps else caps["class"])[0]
             defs.append((kind_node, caps["name"][0], "class" if "class" in caps else "function"))
     return _sweep(path, data, language, defs, calls)
+
+
+PARSED_FILES_KEPT = 16384  # a transformers tree is ~3000 indexed files: a few trees' worth
+
+
+def parsed(path: str, data: bytes, language: str) -> tuple[list[Symbol], dict[str, list[str]]]:
+    """parse_file, remembered by (path, language, content hash) for every index this process builds:
+    a diagnosis indexes the tree, then a commit and its parent, which share nearly all their files, and
+    parsing is most of an index's cost (minutes for a transformers tree on a loaded machine). The
+    result is parse_file's for those bytes, shared: Symbols are frozen, and no index changes its lists."""
+    key = (path, language, hashlib.sha1(data).digest())
+    hit = _PARSED.get(key)
+    if hit is None:
+        hit = _PARSED[key] = parse_file(path, data, language)
+        if len(_PARSED) > PARSED_FILES_KEPT:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return hit
+
+
+_PARSED: OrderedDict[tuple[str, str, bytes], tuple[list[Symbol], dict[str, list[str]]]] = OrderedDict()
 
 
 def language_of(path: str) -> str | None:
@@ -302,7 +333,7 @@ class TreeSitterIndex:
             if language is None:
                 continue
             self.texts[path] = data
-            symbols, edges = parse_file(path, data, language)
+            symbols, edges = parsed(path, data, language)
             self.symbols.extend(symbols)
             self._calls.update({(path, q): names for q, names in edges.items()})
         self._by_file: dict[str, list[Symbol]] = {}
@@ -536,9 +567,30 @@ def open_index(root: str | Path, *, commit: str | None = None, include_tests: bo
     """The index of a directory (cached on its files' mtimes and sizes) or of a commit of the
     git repo at `root` (cached on the commit sha; read from git objects, no checkout)."""
     root = Path(root).resolve()
-    if commit is not None:
-        return _index_at_commit(root, resolve(root, commit), include_tests)
-    return _index_of_tree(root, tuple(source_files(root, include_tests)))
+    with _BUILDING:  # a prefetch_index still at work: wait for it, then take its index from the cache
+        if commit is not None:
+            return _index_at_commit(root, resolve(root, commit), include_tests)
+        return _index_of_tree(root, tuple(source_files(root, include_tests)))
+
+
+def prefetch_index(root: str | Path, *, include_tests: bool = True) -> threading.Thread:
+    """Build open_index(root) in a background thread, for a caller that will need it later and
+    mostly waits on other processes meanwhile (a diagnosis: its engine runs). The index is the
+    one open_index would build then, cached on the files' mtimes and sizes: a file changed since is
+    indexed again. Best effort: an error here is open_index's to raise, in the caller."""
+
+    def build():
+        try:
+            open_index(root, include_tests=include_tests)
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=build, name="diffdx-prefetch-index", daemon=True)
+    thread.start()
+    return thread
+
+
+_BUILDING = threading.RLock()  # one index built at a time (they share the parse results, _PARSED)
 
 
 def commit_changes(root: str | Path, sha: str, diff_text: str, head: TreeSitterIndex) -> list[Change]:

@@ -177,3 +177,35 @@ def test_a_tree_with_its_own_copy_of_a_preloaded_package_gets_that_copy(tmp_path
     (tree / "scipy" / "__init__.py").write_text("")
     run_engine(tiny_job(), tree, workdir=tmp_path)
     assert seen.read_text() == str(tree / "scipy" / "__init__.py")
+
+
+def test_prestart_launches_the_zygotes_runs_then_fork_from(tmp_path, monkeypatch):
+    """prestart does not wait for a zygote to be ready; the run that follows forks from the one it
+    launched. A tree holding its own transformers needs a zygote of its own, launched alongside."""
+    from tools.engines import runner
+
+    monkeypatch.setenv("DIFFDX_FORKSERVER", "1")
+    monkeypatch.setattr(runner, "_SERVERS", {})
+    plain, own = tree_with(tmp_path, ""), tmp_path / "own"
+    (own / "transformers").mkdir(parents=True)
+    (own / "transformers" / "__init__.py").write_text("")
+    runner.prestart([plain, None, own])
+    servers = {id(s): s for s in runner._SERVERS.values()}
+    assert len(servers) == 2 and all(s.proc is not None and not s.ready for s in servers.values())
+    launched = runner.zygote_for(runner.worker_env(plain))
+    assert launched is not None and launched.proc is not None
+    pid = launched.proc.pid
+    trace = run_engine(tiny_job(), plain, workdir=tmp_path)
+    assert len(trace.outputs[0].output_ids) == 2
+    assert launched.ready and launched.proc.pid == pid and run_folders(tmp_path) == []
+    for server in servers.values():
+        server.stop()
+
+
+def test_prestart_starts_nothing_when_zygotes_are_off(tmp_path, monkeypatch):
+    from tools.engines import runner
+
+    monkeypatch.setenv("DIFFDX_FORKSERVER", "0")
+    monkeypatch.setattr(runner, "_SERVERS", {})
+    runner.prestart([tree_with(tmp_path, ""), None])
+    assert runner._SERVERS == {}

@@ -305,6 +305,54 @@ def test_index_is_cached_until_a_file_changes(engine_tree):
     assert second is not first and second.find("added")
 
 
+def test_a_commit_s_index_parses_only_the_files_it_does_not_share(tmp_path):
+    """The tree, then a commit and its parent: every unchanged file is parsed once, for all three,
+    and each index holds what parsing its own files afresh gives."""
+    from tools.source import index as source_index
+
+    repo = write_tree(tmp_path / "repo", {"tinyserve/kv_cache.py": KV_CACHE, "csrc/kernels.cu": KERNELS})
+    write_tree(repo, {"tinyserve/rotary.py": "def apply_rotary(x):\n    return x\n"})
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    write_tree(repo, {"tinyserve/rotary.py": "def apply_rotary(x):\n    return -x\n\n\ndef helper():\n    pass\n"})
+    git(repo, "commit", "-q", "-am", "change")
+    source_index._PARSED.clear()
+    tree = open_index(repo)
+    assert len(source_index._PARSED) == 3
+    head, parent = open_index(repo, commit="HEAD"), open_index(repo, commit="HEAD~1")
+    assert len(source_index._PARSED) == 4  # the parent's rotary.py alone was new
+    for index in (tree, head, parent):
+        fresh = [
+            s for path, data in sorted(index.texts.items()) for s in parse_file(path, data, index_language(path))[0]
+        ]
+        assert sorted(index.symbols, key=str) == sorted(fresh, key=str)
+    assert head.find("helper") and not parent.find("helper")
+
+
+def index_language(path: str) -> str:
+    from tools.source.index import language_of
+
+    language = language_of(path)
+    assert language is not None
+    return language
+
+
+def test_a_prefetched_index_is_the_one_open_index_returns(engine_tree):
+    """Built in a background thread while the caller does other things; open_index then waits for it
+    (or finds it cached) instead of building a second one, and a file changed since is indexed again."""
+    from tools.source.index import prefetch_index
+
+    prefetch_index(engine_tree, include_tests=False)
+    first = open_index(engine_tree, include_tests=False)
+    prefetch_index(engine_tree, include_tests=False).join()
+    assert open_index(engine_tree, include_tests=False) is first and first.find("BlockManager.allocate")
+    path = engine_tree / "tinyserve/rotary.py"
+    path.write_text(path.read_text() + "\n\ndef added():\n    pass\n")
+    prefetch_index(engine_tree, include_tests=False).join()
+    assert open_index(engine_tree, include_tests=False).find("added")
+
+
 def test_module_level_code_and_unknown_files_map_to_no_symbol():
     index = TreeSitterIndex("/nowhere", [("m.py", b"X = 1\n\ndef f():\n    return X\n")])
     diff = (
