@@ -439,7 +439,8 @@ def passthrough_version(source: str) -> str | None:
 
 def _own_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
     """The `return` statements of fn itself, not of functions or classes nested in it."""
-    out, stack = [], list(fn.body)
+    out: list[ast.Return] = []
+    stack: list[ast.AST] = list(fn.body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Return):
