@@ -216,6 +216,58 @@ def sign(fn: Fn) -> list[Edit]:
     return edits
 
 
+POW2_OPS = {">>": "//", "<<": "*", "&": "%"}
+
+
+def power_of_two(fn: Fn) -> list[Edit]:
+    """A bit trick that holds only for a power of two, spelled out: `a >> (n.bit_length() - 1)` ->
+    `a // n`, `a << (…)` -> `a * n`, `a & (n - 1)` -> `a % n` (a group, block or head count that
+    need not be a power of two)."""
+    edits = []
+    for node in fn.walk("binary_operator"):
+        op, right = field(node, "operator").type, _unparen(field(node, "right"))
+        if op not in POW2_OPS:
+            continue
+        n = _log2_of(fn, right) if op != "&" else _minus_one_of(fn, right)
+        if n is None:
+            continue
+        left = field(node, "left")
+        new = f"{_paren(left, fn.text(left))} {POW2_OPS[op]} {n}"
+        if node.parent is not None and node.parent.type in ("binary_operator", "unary_operator"):
+            new = f"({new})"
+        edits.append(fn.edit("power-of-two", node, new, f"`{fn.text(node)}` -> `{new}`"))
+    return edits
+
+
+def _unparen(node: ts.Node) -> ts.Node:
+    while node.type == "parenthesized_expression" and node.named_child_count == 1:
+        node = node.named_children[0]
+    return node
+
+
+def _log2_of(fn: Fn, node: ts.Node) -> str | None:
+    """`n` of `n.bit_length() - 1` or `int(math.log2(n))` (parenthesized as it stands), else None."""
+    if node.type == "binary_operator" and _plus_minus_one(fn, node) and field(node, "operator").type == "-":
+        call = _unparen(field(node, "left"))
+        if call.type == "call" and fn.text(field(call, "function")).endswith(".bit_length"):
+            obj = field(field(call, "function"), "object")
+            return _paren(obj, fn.text(obj))
+    if node.type == "call" and fn.text(field(node, "function")) == "int":
+        inner = _first_arg(node)
+        if inner is not None and inner.type == "call" and fn.text(field(inner, "function")).endswith("log2"):
+            arg = _first_arg(inner)
+            return _paren(arg, fn.text(arg)) if arg is not None else None
+    return None
+
+
+def _minus_one_of(fn: Fn, node: ts.Node) -> str | None:
+    """`n` of `n - 1` (a mask), else None."""
+    if node.type == "binary_operator" and _plus_minus_one(fn, node) and field(node, "operator").type == "-":
+        left = field(node, "left")
+        return _paren(left, fn.text(left)) if left.type != "integer" else None
+    return None
+
+
 def _is_string_concat(fn: Fn, node: ts.Node) -> bool:
     return any(c.type in ("string", "concatenated_string") for c in node.named_children)
 
@@ -411,11 +463,20 @@ TEMPLATES: dict[str, Callable[[Fn], list[Edit]]] = {
     "dropped-term": dropped_term,
     "stale-value": stale_value,
     "memo-guard": memo_guard,
+    "power-of-two": power_of_two,
 }
 
 # Which patterns a divergent component most often hides, most likely first (silent-bugs.md).
 COMPONENT_TEMPLATES = {
-    "attention": ("mask-comparison", "off-by-one", "upcast", "wrong-default", "swapped-arguments", "sign"),
+    "attention": (
+        "mask-comparison",
+        "off-by-one",
+        "upcast",
+        "wrong-default",
+        "swapped-arguments",
+        "sign",
+        "power-of-two",
+    ),
     "rotary": ("wrong-default", "off-by-one", "upcast", "sign", "swapped-arguments"),
     "norm": ("upcast", "wrong-default", "dropped-term", "sign", "off-by-one"),
     "residual": ("dropped-term", "sign", "upcast", "swapped-arguments"),

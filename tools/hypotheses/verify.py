@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from tools.history.gitrepo import (
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
+from tools.hypotheses.moved import function_node, inline_version, same_code, with_body
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
@@ -49,6 +49,8 @@ def verify(
         if outcome is False:
             h.score += WEIGHTS["refuted"]
             h.evidence.append(f"reverting {h.function}'s change in {commit} leaves the divergence")
+        elif is_new(repo, h) and restore_absence(repo, h, repro, prober):
+            return rank(ordered)  # its absence is its restore: stronger evidence than any template edit
         else:
             untestable.append(h)
     # a function pushed below zero (it never ran in the failing scenario) cannot be fixed by an edit
@@ -208,13 +210,10 @@ def prefer_callee(
         key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
     dropped = dropped_inputs(before, after)
-    for c in callees:
-        # a function the commit created has no previous version: its template edits are its only
-        # counterfactual, unless the caller's restore changes nothing but its use (credited below)
-        only_its_use = not dropped and only_use_changed(before, after, called_name(c, reach) or "")
-        if verify_alone(repo, c, repro, prober, templates=not touched_only or (is_new(repo, c) and not only_its_use)):
-            withdraw(h, c, "drops or changes its call to" if called_name(c, touched) else "calls")
-            return c
+    verified = first_callee_verified(repo, h, callees, before, after, repro, prober, touched_only, reach, dropped)
+    if verified is not None:
+        withdraw(h, verified, "drops or changes its call to" if called_name(verified, touched) else "calls")
+        return verified
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
@@ -234,6 +233,39 @@ def prefer_callee(
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
     return h
+
+
+def first_callee_verified(
+    repo: Path,
+    h: Hypothesis,
+    callees: list[Hypothesis],
+    before: str,
+    after: str,
+    repro: Reproduction,
+    prober: Prober,
+    touched_only: bool,
+    reach: set[str],
+    dropped: list[str],
+) -> Hypothesis | None:
+    """The first of `callees` that verifies on its own. Every callee's restore-like counterfactual
+    (its previous version; for a function the commit created, its absence; for a helper the restored
+    caller computed inline, that inline code as its body) is tried before any template edit: a
+    template edit can mask a fault elsewhere (a count made zero skips the faulty padding it sizes),
+    so it is weaker evidence than putting back what the commit changed."""
+    for c in callees:
+        if verify_alone(repo, c, repro, prober, templates=False):
+            return c
+        if touched_only and verify_inlined(repo, h, c, before, after, repro, prober):
+            return c
+    for c in callees:
+        # a function the commit created has no previous version: its template edits are its last
+        # counterfactual, unless the caller's restore changes nothing but its use (credited later)
+        only_its_use = not dropped and only_use_changed(before, after, called_name(c, reach) or "")
+        if not touched_only or (is_new(repo, c) and not only_its_use):
+            verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
+            if c.verified:
+                return c
+    return None
 
 
 def passed_on(repo: Path, h: Hypothesis, touched: set[str], suspects: list[Hypothesis]) -> set[str]:
@@ -268,21 +300,13 @@ def dropped_inputs(before: str, after: str) -> list[str]:
     """Parameters of the function that the verifying version `after` reads and `before` (the code
     under suspicion) no longer does: an edit that stops using one of its inputs (a hash that drops
     its parent, a scale that ignores its head size) is at fault itself, whatever helper it now calls."""
-    old, new = _function_node(before), _function_node(after)
+    old, new = function_node(before), function_node(after)
     if old is None or new is None:  # unparsable or not a function: claim nothing
         return []
     read_before, read_after = _names_read(old), _names_read(new)
     a = new.args
     params = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg not in ("self", "cls")]
     return [p for p in params if p in read_after and p not in read_before]
-
-
-def _function_node(source: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return None
-    return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 
 
 def _names_read(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -318,12 +342,29 @@ def verify_alone(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober,
     return c.verified
 
 
+ABSENCE_TRIED = "made as it was before it existed ("
+
+
 def restore_absence(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prober) -> bool:
     """A procedure the suspected commit created did nothing before it, since it was not there: its
-    body made a no-op is its restore. (A function that returns a value has no such neutral version.)"""
-    outcome = try_edits(repo, c, repro, prober, lambda text: [("no-op", t)] if (t := noop_version(text)) else [], 1)
+    body made a no-op is its restore. So is, for a function that hands back its own inputs on its
+    do-nothing path, that path taken always. (Any other value-returning function has no neutral version.)"""
+
+    def neutral(text: str) -> list[tuple[str, str]]:
+        if (t := noop_version(text)) is not None:
+            return [("a no-op", t)]
+        return [("a pass-through of its inputs", t)] if (t := passthrough_version(text)) is not None else []
+
+    if any(e.startswith(ABSENCE_TRIED) for e in c.evidence):
+        return False
+    outcome = try_edits(repo, c, repro, prober, neutral, 1)
+    if outcome.probes and not outcome.verified:
+        c.evidence.append(f"{ABSENCE_TRIED} {outcome.description or 'its neutral version'}) leaves the divergence")
     if outcome.verified:
-        how = f"making {c.function}, new in {(c.commit or '')[:10]}, a no-op (as before that commit) removes the divergence"
+        how = (
+            f"making {c.function}, new in {(c.commit or '')[:10]}, {outcome.description} "
+            "(as before that commit) removes the divergence"
+        )
         mark_verified(c, "restore", how, outcome.diff)
     return outcome.verified
 
@@ -331,23 +372,87 @@ def restore_absence(repo: Path, c: Hypothesis, repro: Reproduction, prober: Prob
 def noop_version(source: str) -> str | None:
     """`source` (one def) with its body replaced by `pass` (docstring kept), if it is a procedure:
     no `return <value>`, no `yield`; else None."""
-    fn = _function_node(source)
+    fn = function_node(source)
     if fn is None or not fn.body:
         return None
     inner = [n for stmt in fn.body for n in ast.walk(stmt)]
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) or (isinstance(n, ast.Return) and n.value) for n in inner):
         return None
-    lines = source.splitlines(keepends=True)
-    first = fn.body[0]
-    if first.lineno == fn.lineno:  # `def f(): ...` on one line
+    if fn.body[0].lineno == fn.lineno:  # `def f(): ...` on one line
         return None
-    docstring = (
-        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
-    )
-    body_line = lines[first.lineno - 1]
-    indent = body_line[: len(body_line) - len(body_line.lstrip())]
-    keep = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
-    return "".join(lines[:keep]) + f"{indent}pass\n"
+    return with_body(source, fn, ["pass"])
+
+
+def verify_inlined(
+    repo: Path, caller: Hypothesis, c: Hypothesis, now: str, old: str, repro: Reproduction, prober: Prober
+) -> bool:
+    """The caller's restore took c's call off the path, and c (changed or created by the same commit)
+    computes what the caller computed inline before it. With the caller as it is now and c's body
+    made that old inline code, does the divergence vanish? Then c's own change carries it and c is
+    verified; if not, the caller's own change does (the move was faithful) and the caller keeps it."""
+    if c.file != caller.file or c.commit != caller.commit or not c.commit:
+        return False
+    faithful = []
+
+    def moved_back(text: str) -> list[tuple[str, str]]:
+        version = inline_version(text, now, old, c.function)
+        if version is not None and same_code(version, text):
+            faithful.append(version)
+        return [("its caller's old inline code", version)] if version is not None and not faithful else []
+
+    outcome = try_edits(repo, c, repro, prober, moved_back, 1)
+    if outcome.verified:
+        how = (
+            f"its body replaced by the code {caller.function} computed it with before {c.commit[:10]} "
+            f"({caller.function} kept as it is now) removes the divergence"
+        )
+        mark_verified(c, "restore", how, outcome.diff)
+    elif faithful:
+        c.evidence.append(
+            f"its body is the code {caller.function} computed it with before {c.commit[:10]}: a faithful move"
+        )
+    elif outcome.probes:
+        c.evidence.append(
+            f"its body replaced by the code {caller.function} computed it with before {c.commit[:10]} "
+            "leaves the divergence: the caller's own change carries it"
+        )
+    return outcome.verified
+
+
+def passthrough_version(source: str) -> str | None:
+    """`source` (one def) reduced to its do-nothing path: where every one of its own `return`s that
+    gives back nothing but its parameters (`return q, k, meta`) returns the same ones, the body becomes
+    that return (docstring kept); else None. The function itself says that handing its inputs back
+    unchanged is a valid outcome, which is what its callers had before it existed."""
+    fn = function_node(source)
+    if fn is None or not fn.body or fn.body[0].lineno == fn.lineno:
+        return None
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    identities = {
+        ast.unparse(r.value) for r in _own_returns(fn) if r.value is not None and _only_names(r.value, params)
+    }
+    if len(identities) != 1:
+        return None
+    version = with_body(source, fn, [f"return {identities.pop()}"])
+    return None if same_code(version, source) else version  # already nothing but that path
+
+
+def _own_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The `return` statements of fn itself, not of functions or classes nested in it."""
+    out: list[ast.Return] = []
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _only_names(value: ast.expr, names: set[str]) -> bool:
+    items = value.elts if isinstance(value, ast.Tuple) else [value]
+    return bool(items) and all(isinstance(x, ast.Name) and x.id in names for x in items)
 
 
 def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:

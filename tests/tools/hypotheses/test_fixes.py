@@ -118,6 +118,7 @@ def test_every_proposal_is_one_edit_that_parses(template):
         "        mask = pos[:, None] <= pos[None, :]\n"
         "        s = torch.exp(x[: n - 1] - m)\n"
         "        total = x.sum()\n"
+        "        rows = torch.arange(n) >> (self.g.bit_length() - 1)\n"
         "        x = x * 2\n"
         "        if n != self.n:\n"
         "            self.n = n\n"
@@ -147,3 +148,13 @@ def test_unparsable_source_gives_nothing_and_edits_are_byte_exact():
     fn = parse_function("def f(x):\n    return x[1:]\n")
     edit = TEMPLATES["off-by-one"](fn)[0]
     assert apply_edit("def f(x):\n    return x[1:]\n", edit) == "def f(x):\n    return x[2:]\n"
+
+
+def test_power_of_two_spells_out_a_bit_trick_that_holds_only_for_powers_of_two():
+    src = "def token_of(rows, group):\n    return torch.arange(rows) >> (group.bit_length() - 1)\n"
+    assert has(proposals(src, "power-of-two"), "return torch.arange(rows) // group")
+    masked = proposals("def slot(i, n):\n    return 1 + (i + 1 & (n - 1))\n", "power-of-two")
+    assert has(masked, "return 1 + ((i + 1) % n)")
+    scaled = proposals("def off(b, cfg):\n    return b << int(math.log2(cfg.block))\n", "power-of-two")
+    assert has(scaled, "return b * cfg.block")
+    assert proposals("def low(x):\n    return x & 7\n", "power-of-two") == {}  # a constant mask: nothing to spell out
