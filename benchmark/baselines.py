@@ -8,7 +8,10 @@
 * revert-recent: every function changed by the last N commits (N = 12; `revert-recent-all`:
   every commit since the `base` tag) that ran in the failing scenario (function coverage) is
   restored to its version before the window and the output-level probe re-run; functions whose
-  restore removed the divergence rank first, then by recency of their last change. No taps,
+  restore removed the divergence rank first, then by recency of their last change. Functions
+  coverage cannot see (a C/C++ tree, or C/C++ next to Python) are restored too, newest first, at
+  most 12 of them (each restore rebuilds a native tree); a restore that would change only
+  comments is not run (its outcome is HEAD's). No taps,
   no bisection, no drill-down. It uses the scenario as reported (no trigger search), as the
   full pipeline does when the scenario reproduces.
 """
@@ -25,10 +28,11 @@ from benchmark.cases import CaseInput
 from tools.engines.runner import EngineRunError
 from tools.history.culprit import find_culprit
 from tools.history.gitrepo import _LOG_FORMAT, GitError, _git, _parse_log, commit_diff, temporary_worktree
+from tools.hypotheses.coverage import Coverage, ran
 from tools.hypotheses.evidence import Reproduction
 from tools.hypotheses.verify import restore_version
 from tools.probe.prober import Prober
-from tools.source.index import commit_changes, open_index
+from tools.source.index import commit_changes, open_index, same_code
 
 OUTPUT_TAPS = ["logits", "sampler.*"]
 STOP = {
@@ -184,19 +188,37 @@ def changed_functions(repo: Path, index, commits: list) -> dict[tuple[str, str],
     return out
 
 
-def restore_and_probe(case: CaseInput, prober: Prober, before_ref: str, sym) -> bool | None:
-    """True: the divergence is gone once `sym` is restored to its version at before_ref; None: untestable."""
+NATIVE_RESTORES = 12  # restores of functions whose run the record cannot see: each rebuilds a native tree
+
+
+def restore_plan(
+    changed: dict[tuple[str, str], tuple[int, object]], record: Coverage | None
+) -> list[tuple[int, tuple[str, str], bool | None]]:
+    """(age, key, ran) newest first: every changed function the record says ran (ran True), and every
+    one it cannot see (ran None: no record on a native tree, or a C/C++ file next to recorded
+    Python). Those it says did not run are left out. Pure."""
+    plan = [(age, key, ran(record, *key)) for key, (age, _) in changed.items()]
+    return sorted(p for p in plan if p[2] is not False)
+
+
+def restore_and_probe(case: CaseInput, prober: Prober, before_ref: str, sym) -> str:
+    """'removed' when the divergence is gone once `sym` is restored to its version at before_ref,
+    'kept' when it stays, 'same code' when only comments changed since (nothing to run: the tree
+    would behave as HEAD does), 'untestable' when it cannot be restored or run."""
     try:
         old = open_index(case.repo, commit=before_ref, include_tests=False)
         prev = next((s for s in old.find(sym.qualname) if s.file == sym.file), None)
         if prev is None:
-            return None  # added inside the window: nothing to restore
+            return "untestable"  # added inside the window: nothing to restore
+        head = open_index(case.repo, include_tests=False)
+        if same_code(sym.file, head.read(sym), old.read(prev)):
+            return "same code"
         with temporary_worktree(case.repo, "HEAD") as tree:
             if not restore_version(tree, sym.file, sym.qualname, old.read(prev), old):
-                return None
-            return not prober.probe(case.scenario, tree, taps=OUTPUT_TAPS).diverged
+                return "untestable"
+            return "kept" if prober.probe(case.scenario, tree, taps=OUTPUT_TAPS).diverged else "removed"
     except (GitError, EngineRunError):
-        return None
+        return "untestable"
 
 
 def revert_recent(
@@ -208,20 +230,20 @@ def revert_recent(
     commits = recent_commits(case.repo, last)
     if not result.diverged or not commits:
         return _report(case, result.diverged, first, [], prober, start)
-    ran = set(prober.run_target(case.scenario, case.repo, taps=[], coverage=True).meta.get("coverage", []))
+    record = Coverage.from_meta(prober.run_target(case.scenario, case.repo, taps=[], coverage=True).meta)
     index = open_index(case.repo, include_tests=False)
     changed = changed_functions(case.repo, index, commits)
-    candidates = sorted((age, key) for key, (age, _) in changed.items() if f"{key[0]}:{key[1]}" in ran)
     before = f"{commits[-1].sha}^"
-    scored = []
-    for age, key in candidates:
-        removed = restore_and_probe(case, prober, before, changed[key][1])
-        scored.append((0 if removed else 1, age, key, removed))
+    scored, rebuilt = [], 0
+    for age, key, state in restore_plan(changed, record):
+        if state is None and rebuilt >= NATIVE_RESTORES:
+            verdict = "over budget"
+        else:
+            verdict = restore_and_probe(case, prober, before, changed[key][1])
+            rebuilt += state is None and verdict != "same code"
+        scored.append((verdict != "removed", age, key, _why(verdict, age, state)))
     scored.sort()
-    hyps = [
-        _hyp(i + 1, changed[key][1], _why(removed, age), commits[age].sha)
-        for i, (_, age, key, removed) in enumerate(scored)
-    ]
+    hyps = [_hyp(i + 1, changed[key][1], why, commits[age].sha) for i, (_, age, key, why) in enumerate(scored)]
     return _report(case, True, first, hyps, prober, start)
 
 
@@ -229,8 +251,15 @@ def revert_recent_all(case: CaseInput, out_dir: Path, config: RunConfig | None =
     return revert_recent(case, out_dir, config, last=None)
 
 
-def _why(removed: bool | None, age: int) -> str:
-    verdict = {True: "restoring it removes the divergence", False: "restoring it leaves the divergence"}
-    return (
-        f"{verdict.get(removed, 'could not be restored')}; last changed {age + 1} commit(s) back, ran in the scenario"
-    )
+VERDICTS = {
+    "removed": "restoring it removes the divergence",
+    "kept": "restoring it leaves the divergence",
+    "same code": "only its comments changed: restoring it would change nothing",
+    "untestable": "could not be restored",
+    "over budget": f"not restored: the {NATIVE_RESTORES} restores for functions coverage cannot see were spent",
+}
+
+
+def _why(verdict: str, age: int, ran: bool | None) -> str:
+    seen = "ran in the scenario" if ran else "whether it ran is unknown (its language has no function coverage)"
+    return f"{VERDICTS[verdict]}; last changed {age + 1} commit(s) back, {seen}"

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import CodeType, FrameType
 
+RECORDED_LANGUAGES = ("python",)  # what the recorders here see; a C/C++ function's run is unknown to them
+
 
 def has_python_source(root: str) -> bool:
     """Whether any Python file lies under `root` (stops at the first): the recorders here see

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tools.engines.funccov import function_coverage, has_python_source
+from tools.engines.funccov import RECORDED_LANGUAGES, function_coverage, has_python_source
 from tools.engines.functaps import function_taps
 from tools.hypotheses.contracts import contract_for, judge, sampling_context
 
@@ -62,6 +62,7 @@ def main(job_path: str, out_dir: str) -> int:
     trace.meta.update({f"{key}_skipped": why for key, why in skipped.items()})
     if coverage_root:
         trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
+        trace.meta["coverage_languages"] = list(RECORDED_LANGUAGES)  # other languages: unknown, not unrun
     if checks_root:
         trace.meta["function_checks"] = judge(calls, sampling_context(job.scenario))
     saving = time.monotonic()

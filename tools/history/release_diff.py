@@ -27,6 +27,7 @@ from pathlib import Path
 from tools.engines.runner import EngineRunError
 from tools.history.bindings import insert_bindings, missing_bindings, same_code
 from tools.history.gitrepo import GitError, PatchConflict, temporary_worktree
+from tools.hypotheses.coverage import RAN, UNRECORDED  # the gather stage's coverage evidence lines
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.hypotheses.verify import restore_function
@@ -37,7 +38,6 @@ MAX_RESTORES = 12
 SINGLE_FIRST = 4  # single-function restores tried before restoring whole file sections
 ARCH_WEIGHT = 1.5  # the suspect's path names the scenario's architecture
 SECTION_WEIGHT = 4.0  # restoring its file's section removed the divergence
-RAN = "runs in the failing scenario"  # the gather stage's coverage evidence line
 
 
 @dataclass
@@ -69,9 +69,9 @@ def changed_by(cands: list[Hypothesis], culprit: Culprit) -> list[Hypothesis]:
 
 def suspects(cands: list[Hypothesis], culprit: Culprit, arch: str | None, repo: Path | None = None) -> list[Hypothesis]:
     """Changed functions that ran in the failing scenario, best first (all changed ones if coverage
-    is unknown); functions the release only moved or re-documented (same code) are left out."""
+    is unknown, and those in a language it does not record, C/C++ next to Python); functions the release only moved or re-documented (same code) are left out."""
     changed = changed_by(cands, culprit)
-    ran = [h for h in changed if RAN in h.evidence] or changed
+    ran = [h for h in changed if RAN in h.evidence or UNRECORDED in h.evidence] or changed
     if repo is not None:
         ran = [h for h in ran if not only_moved(repo, h)] or ran
     for h in ran:

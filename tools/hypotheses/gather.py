@@ -27,6 +27,8 @@ from tools.history.gitrepo import (
     commit_diff,
     open_repo,
 )
+from tools.hypotheses.coverage import RAN, UNRECORDED, Coverage
+from tools.hypotheses.coverage import ran as ran_status
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
@@ -72,14 +74,14 @@ def trigger_words(trigger: str | None, drill: DrillDown, options: dict | None = 
     return sorted({w for key, ws in TRIGGER_WORDS.items() if key in text for w in ws})
 
 
-def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[set[str] | None, set[str]]:
+def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[Coverage | None, set[str]]:
     """Functions ('file:qualname') run by the failing scenario, and by a passing one if known; None
-    when unknown (the engine failed, or the tree is native code the recorder cannot see)."""
+    when unknown (the engine failed, or the tree is native code the recorder cannot see). On a mixed
+    tree the record covers its Python only: the rest is unknown function by function."""
     try:
-        meta = prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta
-        if "coverage" not in meta:
+        failing = Coverage.from_meta(prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta)
+        if failing is None:
             return None, set()
-        failing = set(meta["coverage"])
         passing = set()
         if repro.baseline is not None:
             passing = set(prober.run_target(repro.baseline, repo, taps=[], coverage=True).meta.get("coverage", []))
@@ -147,19 +149,19 @@ def _add_code_evidence(cands, index, drill: DrillDown, repro: Reproduction, fail
     trig_words = trigger_words(repro.trigger, drill, repro.scenario.target.options)
     for sym in index_functions(index):
         key = f"{sym.file}:{sym.qualname}"
-        ran = failing is not None and key in failing
+        ran = ran_status(failing, sym.file, sym.qualname) is True
         if drill.op is not None:
             _add_op_evidence(cands, sym, drill.op)
         elif drill.kernel and words_match(sym, [drill.kernel]) and sym.file.count("ops"):
             _get(cands, sym).add("kernel", f"implements kernel {drill.kernel}, whose native twin fixes it")
             if "native" in sym.qualname.lower():
                 _get(cands, sym).add("native_twin", "", None)
-        if failing is not None and passing and ran and key not in passing:
+        if passing and ran and key not in passing:
             _get(cands, sym).add("spectrum", "runs only in the failing variant, not in the passing one")
         if (sym.file, sym.qualname) in cands or (
             ran and (words_match(sym, comp_words) or words_match(sym, trig_words))
         ):
-            _score_relevance(_get(cands, sym), sym, comp_words, trig_words, drill, failing, ran)
+            _score_relevance(_get(cands, sym), sym, comp_words, trig_words, drill, failing)
 
 
 def _add_op_evidence(cands, sym: Symbol, op: dict) -> None:
@@ -171,13 +173,24 @@ def _add_op_evidence(cands, sym: Symbol, op: dict) -> None:
         _get(cands, sym).add("kernel_helper", f"called by {op['function']}, which computes {what}")
 
 
-def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing, ran) -> None:
+def _score_relevance(c: Candidate, sym: Symbol, comp_words, trig_words, drill, failing: Coverage | None) -> None:
     if words_match(sym, comp_words):
         c.add("component", f"belongs to the divergent component ({drill.component} at {drill.tap})")
     if trig_words and words_match(sym, trig_words):
         c.add("trigger", "belongs to the feature that triggers the divergence")
-    if failing is not None:
-        c.add("ran" if ran else "not_run", "runs in the failing scenario" if ran else "")
+    _add_run_evidence(c, failing)
+
+
+def _add_run_evidence(c: Candidate, failing: Coverage | None) -> None:
+    """Ran: a little for it; not run: it cannot have caused it; unknown (C/C++ next to recorded
+    Python): said, and nothing either way. Without any record, nothing is said."""
+    if failing is None:
+        return
+    ran = ran_status(failing, c.symbol.file, c.symbol.qualname)
+    if ran is None:
+        c.add("coverage_unknown", UNRECORDED)
+    else:
+        c.add("ran" if ran else "not_run", RAN if ran else "")
 
 
 def index_functions(index) -> list[Symbol]:
@@ -192,12 +205,11 @@ def _add_recent_changes(cands, repo: Path, index, failing, depth: int = 12) -> N
             if sym is None or sym.kind == "class" or not _is_source(change.file):
                 continue
             key = (change.file, sym.qualname)
-            ran = failing is not None and f"{change.file}:{sym.qualname}" in failing
-            if key in cands or ran or failing is None:
+            ran = ran_status(failing, change.file, sym.qualname)
+            if key in cands or ran is not False:
                 c = _get(cands, sym)
                 c.add("recent", f"changed recently by {sha[:10]}")
-                if failing is not None:
-                    c.add("ran", "runs in the failing scenario")
+                _add_run_evidence(c, failing)
                 c.commit = c.commit or sha
 
 
@@ -219,7 +231,7 @@ def function_verdicts(repro: Reproduction, prober: Prober, repo: Path) -> list[d
 
 
 def _add_contract_evidence(
-    cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path, failing: set[str] | None = None
+    cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path, failing: Coverage | None = None
 ) -> None:
     """No history to point at: the function that computes the wrong thing from its own inputs is the
     candidate; the earliest such one in the divergent component first, its callers behind it."""
@@ -247,7 +259,7 @@ def _add_contract_evidence(
             )
 
 
-def _add_setting_evidence(cands, index, verdicts: list[dict], drill: DrillDown, failing: set[str] | None) -> None:
+def _add_setting_evidence(cands, index, verdicts: list[dict], drill: DrillDown, failing: Coverage | None) -> None:
     """The component diverges, yet every function of it that was judged computes its role right on
     the inputs it was given: then what it was given is wrong. A function named after one of its
     settings (a per-layer window, a scale, a cap) is where such a value comes from."""
@@ -258,7 +270,7 @@ def _add_setting_evidence(cands, index, verdicts: list[dict], drill: DrillDown, 
     judged = {v["function"] for v in verdicts}
     for sym in index_functions(index):
         key = f"{sym.file}:{sym.qualname}"
-        if key in judged or (failing is not None and key not in failing):
+        if key in judged or ran_status(failing, sym.file, sym.qualname) is False:
             continue
         name = sym.qualname.rsplit(".", 1)[-1].lower()
         setting = next((s for s in sorted(given) if s.lower() in name), None)

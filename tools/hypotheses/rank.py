@@ -20,6 +20,7 @@ WEIGHTS = {
     "recent": 1.0,
     "ran": 1.0,
     "not_run": -4.0,
+    "coverage_unknown": 0.0,  # C/C++ next to recorded Python: neither ran nor not run
     "native_twin": -2.0,
     "verified": 20.0,
     "refuted": -3.0,

@@ -25,7 +25,7 @@ from tools.hypotheses.moved import function_node, inline_version, same_code, wit
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
-from tools.source.index import definition, language_of, open_index, parse_file
+from tools.source.index import definition, language_of, open_index, parse_file, same_code
 
 FIX_PROBES_PER_FUNCTION = 12  # template edits tried on one function
 FIX_PROBES_PER_CASE = 24  # template edits tried in one diagnosis
@@ -52,6 +52,8 @@ def verify(
         elif is_new(repo, h) and restore_absence(repo, h, repro, prober):
             return rank(ordered)  # its absence is its restore: stronger evidence than any template edit
         else:
+            if before and same_code(h.file, before, after):
+                h.evidence.append(f"its change in {commit} is only comments or layout: reverting it tests nothing")
             untestable.append(h)
     # a function pushed below zero (it never ran in the failing scenario) cannot be fixed by an edit
     no_history = [h for h in ordered if (not h.commit or h in untestable) and h.score >= 0][:top]
@@ -68,7 +70,8 @@ def mark_verified(h: Hypothesis, by: str, how: str, diff: str = "") -> None:
 def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> tuple[bool | None, str, str]:
     """(outcome, current text, restored text). Outcome True: divergence gone once the function is
     restored to its version before h.commit; False: still there; None: could not test (new function,
-    no parent, engine crash)."""
+    no parent, engine crash, or a change of comments only: a bug at base stays whatever they say, and
+    a native tree would be rebuilt for nothing)."""
     try:
         old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
         before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
@@ -76,7 +79,7 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
             return None, "", ""
         with temporary_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
-            if not restore_version(tree, h.file, h.function, restored, old):
+            if same_code(h.file, current, restored) or not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
     except (GitError, PatchConflict, EngineRunError):

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import os
 import re
+import textwrap
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -186,6 +187,31 @@ _PARSED: OrderedDict[tuple[str, str, bytes], tuple[list[Symbol], dict[str, list[
 def language_of(path: str) -> str | None:
     """The language the index parses a file in, by its suffix; None for a file it does not read."""
     return LANGUAGES.get(os.path.splitext(path)[1])
+
+
+def code_tokens(path: str, text: str) -> tuple[str, ...] | None:
+    """A definition's code as its tokens: comments, layout and bare string statements (docstrings)
+    left out, so two versions that differ only there compare equal. None for a file not read here."""
+    language = language_of(path)
+    if language is None:
+        return None
+    parser, _ = _query(language)
+    source = textwrap.dedent(text) if language == "python" else text
+    out, stack = [], [parser.parse(source.encode()).root_node]
+    while stack:
+        n = stack.pop()
+        if n.type == "comment" or (n.type == "expression_statement" and [c.type for c in n.children] == ["string"]):
+            continue
+        if n.child_count == 0:
+            out.append(_text(n))
+        stack.extend(reversed(n.children))
+    return tuple(out)
+
+
+def same_code(path: str, before: str, after: str) -> bool:
+    """Only re-commented, re-documented or re-laid-out: running either version does the same."""
+    key = code_tokens(path, before)
+    return key is not None and key == code_tokens(path, after)
 
 
 def definition(path: str, data: bytes, qualname: str) -> Symbol | None:

@@ -30,3 +30,21 @@ def test_a_python_tree_still_gets_its_coverage_record(tmp_path):
     job.coverage_root = str(tmp_path)
     meta = run_engine(job).meta
     assert meta["coverage"] == [] and "coverage_skipped" not in meta  # ran nothing there: a real empty record
+
+
+def test_a_mixed_tree_records_its_python_and_leaves_its_c_unknown(tmp_path):
+    """Regression: coverage was skipped only on a tree with no Python at all, so on a mixed tree every
+    C/C++ function was missing from the record and read as never run (pushed down, or dropped)."""
+    from tools.hypotheses.coverage import Coverage, ran
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "ggml.c").write_text(GGML_C)
+    job = tiny_job()
+    job.coverage_root = str(tmp_path)
+    meta = run_engine(job).meta
+    assert meta["coverage"] == [] and meta["coverage_languages"] == ["python"]
+    coverage = Coverage.from_meta(meta)
+    assert ran(coverage, "pkg/mod.py", "f") is False  # recorded language, not in the record: did not run
+    assert ran(coverage, "ggml.c", "ggml_silu_f32") is None  # not recorded: unknown
+    assert ran(None, "pkg/mod.py", "f") is None

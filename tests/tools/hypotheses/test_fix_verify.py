@@ -413,3 +413,30 @@ def test_a_c_function_is_restored_to_its_version_before_the_commit(tmp_path):
     text = (repo / "vec.c").read_text()
     assert "i < n; ++i" in text and "i + 1 < n" not in text  # vec_sum is back
     assert "/ (float) n;" in text  # vec_mean keeps its own change
+
+
+def test_a_comment_only_change_is_not_reverted_and_does_not_refute_its_function(tmp_path):
+    """Regression (lc at-base: the function computing the wrong op had a recent comment edit; its
+    revert rebuilt the tree, left the bug in base there, and the -3 refutation ranked the function
+    below its own chunk worker): a revert that changes only comments or layout is not run and says
+    nothing about the function."""
+    import subprocess
+
+    from tools.hypotheses.verify import revert_and_probe
+    from tools.source.index import same_code
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "vec.c").write_text(VEC_C)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    (repo / "vec.c").write_text(VEC_C.replace("float s = 0.0f;", "float s = 0.0f;  // running sum\n"))
+    subprocess.run([*git, "commit", "-qam", "comment"], cwd=repo, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
+    h = Hypothesis("vec.c", "vec_sum", sha.strip(), "kernel", 0.3, "", [], score=4.0)
+    prober = Prober()
+    outcome, before, after = revert_and_probe(repo, h, Reproduction(True, scenario(), None), prober)
+    assert outcome is None and prober.engine_runs == 0 and before != after and same_code("vec.c", before, after)
+    assert not same_code("vec.c", before, before.replace("s += x[i]", "s -= x[i]"))

@@ -55,6 +55,7 @@ def test_trigger_words_follow_the_trigger_and_pattern():
 def test_a_function_named_after_a_setting_of_kernels_that_keep_their_contract_is_a_suspect(tmp_path: Path):
     """The component diverges but its kernel computes right on its inputs: the function that supplies
     one of its settings (a per-layer window) is suspected; not when a kernel breaks its contract."""
+    from tools.hypotheses.coverage import Coverage
     from tools.hypotheses.gather import _add_setting_evidence
     from tools.source.index import open_index
 
@@ -69,7 +70,8 @@ def test_a_function_named_after_a_setting_of_kernels_that_keep_their_contract_is
             "settings": ["sliding_window"]}  # fmt: skip
     drill = DrillDown("layers.0.attn.out", 0, "attention")
     cands: dict = {}
-    _add_setting_evidence(cands, index, [kept], drill, {"config.py:sliding_windows", "config.py:other"})
+    ran = Coverage(frozenset({"config.py:sliding_windows", "config.py:other"}))
+    _add_setting_evidence(cands, index, [kept], drill, ran)
     assert list(cands) == [("config.py", "sliding_windows")]
     assert "`sliding_window`" in cands[("config.py", "sliding_windows")].evidence[0]
     cands = {}

@@ -75,3 +75,15 @@ def test_restores_splice_one_c_or_cpp_function(tmp_path: Path):
     assert "ctx->n_ctx()" in (tmp_path / "graph.cpp").read_text()
     assert not restore_function(tmp_path, "ggml.c", "missing", "x")
     assert not restore_function(tmp_path, "a.txt", "f", "x")
+
+
+def test_same_code_ignores_comments_layout_and_docstrings_only():
+    from tools.source.index import same_code
+
+    c = "int f(int x) {\n    return x + 1;\n}\n"
+    assert same_code("a.c", c, "int f(int x) { /* one more */ return x+1; }  // tail\n")
+    assert not same_code("a.c", c, c.replace("+ 1", "+ 2"))
+    py = '    def f(self, x):\n        """Doc."""\n        return x  # why\n'
+    assert same_code("m.py", py, "    def f(self, x):\n        return x\n")
+    assert not same_code("m.py", py, py.replace("return x", "return -x"))
+    assert not same_code("notes.txt", "a", "a")  # a file the index does not read: unknown, not the same

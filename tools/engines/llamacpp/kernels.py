@@ -27,7 +27,7 @@ class Kernel:
     file: str  # relative to the tree's root
     function: str  # the function that computes the op (the deepest dispatch target)
     chain: tuple[str, ...]  # the dispatchers from ENTRY down to it
-    helpers: tuple[str, ...] = ()  # functions of ggml-cpu it calls, two calls deep (rotate_pairs, ...)
+    helpers: tuple[str, ...] = ()  # the op's own functions it calls, two calls deep (rotate_pairs, ...)
 
 
 def find_cpu_dir(root: Path) -> Path | None:
@@ -61,7 +61,7 @@ class CpuSource:
         text = b"\n".join(self.texts[sym.file].splitlines()[sym.start_line - 1 : sym.end_line])
         table: dict[str, str] = {}
         pending: list[str] = []
-        for case in _case_statements(_parser().parse(text).root_node):
+        for case in _nodes(_parser().parse(text).root_node, "case_statement"):
             value = case.child_by_field_name("value")
             if value is not None:
                 pending.append(_text(value))
@@ -85,34 +85,77 @@ class CpuSource:
             current = next((table[k] for k in keys if k in table), only.pop() if len(only) == 1 else None)
         if len(chain) == 1:
             return None
-        return Kernel(self.functions[chain[-1]].file, chain[-1], tuple(chain[1:-1]), self.helpers(chain[-1]))
+        return Kernel(
+            self.functions[chain[-1]].file, chain[-1], tuple(chain[1:-1]), self.helpers(chain[-1], tuple(chain[:-1]))
+        )
 
-    def helpers(self, name: str, depth: int = 2, max_callers: int = 3) -> tuple[str, ...]:
-        """What the kernel computes with: the functions defined here that it calls, `depth` calls deep,
-        that few others call (thread barriers and conversions everyone calls are plumbing, not it)."""
-        callers: dict[str, int] = {}
-        for names in self.calls.values():
-            for c in set(names):
-                callers[c] = callers.get(c, 0) + 1
+    def helpers(self, name: str, chain: tuple[str, ...] = (), depth: int = 2, max_callers: int = 3) -> tuple[str, ...]:
+        """What the kernel computes the op with: functions defined here that it calls, `depth` calls
+        deep, that are the op's own. A callee is the op's own when it is handed the op's tensor (a
+        chunk worker, the routine a thin forward delegates to; few others call it) or when only the
+        op's functions call it (rotate_pairs for rope). A routine that other ops call too on rows or
+        pointers (a fp16 -> fp32 converter, a thread barrier) is plumbing: naming it as a suspect of
+        every op that uses it is noise that outranks the op's own parts."""
+        callers = self.callers()
+        family = {name, ENTRY, *chain}
         found: list[str] = []
         frontier = [name]
         for _ in range(depth):
-            frontier = [
-                c
-                for f in frontier
-                for c in self.calls.get(f, [])
-                if c in self.functions and callers.get(c, 0) <= max_callers
-            ]
-            frontier = [c for c in dict.fromkeys(frontier) if c != name and c not in found]
-            found += frontier
+            level = []
+            for f in frontier:
+                handed = self.handed_tensor(f)
+                for c in dict.fromkeys(self.calls.get(f, [])):
+                    if c not in self.functions or c in family or c in level:
+                        continue
+                    own = callers.get(c, set()) <= family
+                    if own or (c in handed and len(callers.get(c, ())) <= max_callers):
+                        level.append(c)
+            family.update(level)
+            found += level
+            frontier = level
         return tuple(found)
 
+    def callers(self) -> dict[str, set[str]]:
+        """Function -> the functions here that call it."""
+        out: dict[str, set[str]] = {}
+        for caller, names in self.calls.items():
+            for c in names:
+                out.setdefault(c, set()).add(caller)
+        return out
 
-def _case_statements(node: ts.Node):
+    def handed_tensor(self, name: str) -> set[str]:
+        """Callees of `name` given one of its `ggml_tensor *` parameters as an argument (the op's own
+        input or output), as opposed to row pointers or counts."""
+        sym = self.functions[name]
+        text = b"\n".join(self.texts[sym.file].splitlines()[sym.start_line - 1 : sym.end_line])
+        root = _parser().parse(text).root_node
+        tensors = {_text(d) for d in _tensor_parameters(root)}
+        out = set()
+        for call in _nodes(root, "call_expression"):
+            fn, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
+            if fn is not None and args is not None and any(_text(a) in tensors for a in args.named_children):
+                if fn.type == "template_function":
+                    fn = fn.child_by_field_name("name") or fn
+                out.add(_text(fn))
+        return out
+
+
+def _tensor_parameters(root: ts.Node):
+    """The identifiers of the first function's `ggml_tensor` pointer parameters."""
+    declarator = next(_nodes(root, "function_declarator"), None)
+    params = declarator.child_by_field_name("parameters") if declarator is not None else None
+    for p in params.named_children if params is not None else ():
+        if p.type == "parameter_declaration" and "ggml_tensor" in _text(p.child_by_field_name("type") or p):
+            ident = next(_nodes(p.child_by_field_name("declarator") or p, "identifier"), None)
+            if ident is not None:
+                yield ident
+
+
+def _nodes(node: ts.Node, kind: str):
     stack = [node]
     while stack:
         n = stack.pop()
-        if n.type == "case_statement":
+        if n.type == kind:
             yield n
         stack.extend(reversed(n.children))
 

@@ -153,3 +153,55 @@ def test_the_kernels_own_helpers_not_the_plumbing():
     mul_mat = cpu_kernel(VENDORED, "MUL_MAT", "f32")
     assert mul_mat is not None and "ggml_compute_forward_mul_mat_one_chunk" in mul_mat.helpers
     assert "ggml_barrier" not in mul_mat.helpers  # called everywhere: plumbing
+    assert not {"ggml_cpu_fp16_to_fp32", "ggml_cpu_bf16_to_fp32"} & set(mul_mat.helpers)  # get_rows uses them too
+
+
+# A mul_mat the way ggml writes it: it converts rows with a routine other ops share, hands its own
+# tensor to a chunk worker, and a thin cpy forwards its tensor to the routine that does the work.
+SHARED_HELPERS_C = """
+static void ggml_compute_forward(struct ggml_compute_params * params, struct ggml_tensor * tensor) {
+    switch (tensor->op) {
+        case GGML_OP_MUL_MAT: { ggml_compute_forward_mul_mat(params, tensor); } break;
+        case GGML_OP_GET_ROWS: { ggml_compute_forward_get_rows(params, tensor); } break;
+        case GGML_OP_CPY: { ggml_compute_forward_cpy(params, tensor); } break;
+        case GGML_OP_CONT: { ggml_compute_forward_cont(params, tensor); } break;
+        default: break;
+    }
+}
+void ggml_cpu_fp16_to_fp32(const ggml_fp16_t * x, float * y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = x[i]; }
+static void ggml_compute_forward_get_rows(struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    ggml_cpu_fp16_to_fp32(dst->src[0]->data, dst->data, dst->ne[0]);
+}
+static float dot_tail(const float * x, const float * y, int n) { return x[n - 1] * y[n - 1]; }
+static void ggml_compute_forward_mul_mat_one_chunk(struct ggml_compute_params * params, struct ggml_tensor * dst, int64_t ir0) {
+    dot_tail(dst->src[0]->data, dst->src[1]->data, ir0);
+}
+void ggml_compute_forward_mul_mat(struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    const struct ggml_tensor * src1 = dst->src[1];
+    ggml_cpu_fp16_to_fp32(src1->data, params->wdata, src1->ne[0]);
+    ggml_compute_forward_mul_mat_one_chunk(params, dst, 0);
+}
+static void ggml_compute_forward_dup_flt(struct ggml_compute_params * params, struct ggml_tensor * dst) {}
+static void ggml_compute_forward_dup(struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    ggml_compute_forward_dup_flt(params, dst);
+}
+static void ggml_compute_forward_cpy(struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    ggml_compute_forward_dup(params, dst);
+}
+static void ggml_compute_forward_cont(struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    ggml_compute_forward_dup(params, dst);
+}
+"""
+
+
+def test_helpers_are_the_ops_own_not_routines_other_ops_share(tmp_path: Path):
+    """Regression: every function two calls deep with few callers was a helper, so a converter that
+    get_rows also calls became kernel_helper evidence for mul_mat and outranked its own parts."""
+    cpu = tmp_path / "ggml" / "src" / "ggml-cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "ggml-cpu.c").write_text(SHARED_HELPERS_C)
+    mul_mat = cpu_kernel(tmp_path, "MUL_MAT", "f16")
+    assert mul_mat is not None and mul_mat.function == "ggml_compute_forward_mul_mat"
+    assert mul_mat.helpers == ("ggml_compute_forward_mul_mat_one_chunk", "dot_tail")
+    cpy = cpu_kernel(tmp_path, "CPY", "f32")  # cont calls dup too, but cpy hands it its own tensor
+    assert cpy is not None and cpy.helpers == ("ggml_compute_forward_dup", "ggml_compute_forward_dup_flt")
