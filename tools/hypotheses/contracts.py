@@ -483,7 +483,9 @@ def rope_of_config(config: dict) -> tuple[dict, int, int] | None:
     scaling = config.get("rope_parameters") or config.get("rope_scaling") or {}
     theta = config.get("rope_theta") or (scaling.get("rope_theta") if isinstance(scaling, dict) else None)
     heads, hidden, max_pos = (config.get(k) for k in ("num_attention_heads", "hidden_size", "max_position_embeddings"))
-    if not isinstance(scaling, dict) or not all(isinstance(v, int) for v in (heads, hidden, max_pos)) or not theta:
+    if not (isinstance(heads, int) and isinstance(hidden, int) and isinstance(max_pos, int)):
+        return None
+    if not isinstance(scaling, dict) or not theta:
         return None
     head_dim = config.get("head_dim") or hidden // heads
     dim = int(head_dim * (config.get("partial_rotary_factor") or 1.0))
