@@ -4,7 +4,7 @@ in the worker while the engine runs (issue 13 item 2), so each can be judged on 
 A `sys.setprofile` hook sees every Python call and return; functions under `root` that `wanted`
 accepts (by qualname and parameter names) have their arguments copied at the call (a fused kernel
 may overwrite them in place) and their return value copied at the return. Tensors are cloned,
-plain data kept, other objects (modules, engine state) dropped. At most `max_calls` calls are kept
+plain data kept, a `config` kept as its dict, other objects (modules, engine state) dropped. At most `max_calls` calls are kept
 per function; each call also names the nearest recorded function it ran inside (`parent`), so a
 caller that is wrong only because its callee is can be told apart.
 """
@@ -50,6 +50,18 @@ def snapshot(value: object, depth: int = 0) -> object:
     return DROPPED
 
 
+def snapshot_param(name: str, value: object) -> object:
+    """A parameter's copy; a `config` object that can write itself out as a dict (an HF-format
+    config, DESIGN §1) is kept as that dict, so a contract can read the settings it was given."""
+    to_dict = getattr(value, "to_dict", None)
+    if name == "config" and callable(to_dict) and not isinstance(value, type):
+        try:
+            return snapshot(to_dict())
+        except Exception:  # a config that cannot write itself out is an object like any other
+            return DROPPED
+    return snapshot(value)
+
+
 def parameters(code: CodeType) -> tuple[str, ...]:
     n = code.co_argcount + code.co_kwonlyargcount
     return tuple(p for p in code.co_varnames[:n] if p not in ("self", "cls"))
@@ -91,7 +103,7 @@ def function_taps(
             call = FunctionCall(
                 key,
                 params,
-                {p: snapshot(local.get(p)) for p in params},
+                {p: snapshot_param(p, local.get(p)) for p in params},
                 parent=stack[-1].function if stack else None,
                 order=len(calls),
             )

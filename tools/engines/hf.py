@@ -142,6 +142,11 @@ class HFEngine:
             meta["replaced_rows"] = dict(recorder.inject.replaced)
         return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
+    def contract_context(self, job: RunJob) -> dict:
+        """Each layer's attention window as the reference reads the checkpoint, and whether this
+        release builds one mask per kind of layer (tools.hypotheses.contracts, mask builders)."""
+        return hf_compat.attention_context(job.checkpoint, job.spec.options)
+
 
 def _injection(job: RunJob) -> Injection | None:
     inject = Injection.load(job.replace)

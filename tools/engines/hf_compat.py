@@ -239,3 +239,33 @@ def with_logits(out):
     if getattr(out, "logits", None) is not None:
         return out
     return SimpleNamespace(sequences=out.sequences, scores=out.scores, logits=out.scores)
+
+
+# Architectures whose `sliding_window`, when set and without `layer_types`, windows every layer (as
+# 5.x reads them); any other arch without `layer_types` has full attention in every layer.
+WINDOW_EVERY_LAYER = ("mistral", "mixtral")
+
+
+def layer_windows(config: dict, options: dict) -> list[int | None]:
+    """One attention window per layer (None: full attention), from a 5.x config.json and the
+    load-time overrides of the scenario."""
+    config = {**config, **{k: v for k, v in options.items() if k in ("sliding_window", "use_sliding_window")}}
+    n, window, kinds = config.get("num_hidden_layers"), config.get("sliding_window"), config.get("layer_types")
+    if not isinstance(n, int):
+        return []
+    if config.get("use_sliding_window") is False or not isinstance(window, int) or isinstance(window, bool):
+        return [None] * n
+    if isinstance(kinds, list) and len(kinds) == n:
+        return [window if "sliding" in str(k) else None for k in kinds]
+    return [window] * n if config.get("model_type") in WINDOW_EVERY_LAYER else [None] * n
+
+
+def attention_context(checkpoint: str, options: dict) -> dict:
+    """Contract context (Engine.contract_context): the layers' windows, and whether the release
+    builds a mask per kind of layer (its `masking_utils`, 4.53 on) rather than one for all layers."""
+    import importlib.util
+    import json
+
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    per_kind = importlib.util.find_spec("transformers.masking_utils") is not None
+    return {"attention_windows": layer_windows(config, options), "masks_per_layer_kind": per_kind}

@@ -119,6 +119,11 @@ class Engine(Protocol):
 
     def run(self, job: RunJob) -> Trace: ...
 
+    # Optional: `contract_context(job) -> dict`, what the function contracts (tools.hypotheses.contracts)
+    # need to know about the model that no single call's inputs say, read the way the reference reads
+    # it: "attention_windows" (one per layer, None = full attention), "masks_per_layer_kind" (the tree
+    # builds a separate attention mask per kind of layer). Asked in the worker after `run`.
+
 
 def check_spec(spec: EngineSpec, device: str = "cpu") -> None:
     """Refuse, before any engine starts, options the engine's adapter cannot tap correctly. An

@@ -18,6 +18,13 @@ def wanted(qualname: str, params: tuple[str, ...]) -> bool:
     return contract_for(qualname, params) is not None
 
 
+def contract_context(engine, job) -> dict:
+    """What the contracts need beyond a call's own inputs: the scenario's sampling settings, and what
+    the adapter reads from the model (Engine.contract_context, optional: e.g. each layer's window)."""
+    extra = getattr(engine, "contract_context", None)
+    return {**sampling_context(job.scenario), **(extra(job) if extra is not None else {})}
+
+
 def quiet_third_party() -> None:
     """No download/loading progress bars or advisory warnings in the run's log: it is shown on failure."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -57,14 +64,15 @@ def main(job_path: str, out_dir: str) -> int:
     skipped = native_trees(job)  # the recorders see Python frames only: no evidence from a C/C++ tree
     coverage_root = None if "coverage" in skipped else job.coverage_root
     checks_root = None if "function_checks" in skipped else job.function_checks
+    engine = get_engine(job.spec.engine)
     with function_coverage(coverage_root) as covered, function_taps(checks_root, wanted) as calls:
-        trace = get_engine(job.spec.engine).run(job)
+        trace = engine.run(job)
     trace.meta.update({f"{key}_skipped": why for key, why in skipped.items()})
     if coverage_root:
         trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
         trace.meta["coverage_languages"] = list(RECORDED_LANGUAGES)  # other languages: unknown, not unrun
     if checks_root:
-        trace.meta["function_checks"] = judge(calls, sampling_context(job.scenario))
+        trace.meta["function_checks"] = judge(calls, contract_context(engine, job))
     saving = time.monotonic()
     trace_io.save(trace, out_dir)
     # where the worker's time went, for benchmark.perf (the runner adds start-up and loading)

@@ -184,6 +184,114 @@ def is_mask(name: str, params: tuple[str, ...]) -> bool:
     return ("mask" in n or "visible" in n) and has(params, "q_pos", "query_pos", "qpos") and has(params, "kv_pos")
 
 
+# ---------------------------------------------------------------- 4D attention masks and their builders
+#
+# A mask builder returns the mask the attention adds to its scores: [B, 1|H, Q, K], additive (0 where a
+# key is visible, a large negative where not) or boolean (True: visible), or None when the attention
+# applies the plain causal rule itself (an SDPA-style is_causal: no window, no padding). From the
+# builder's own inputs the mask is computable in closed form: the query positions (a cache position, or
+# a past length plus the query count), the padding mask [B, K'] (1: a real token) and the window. The
+# window is the builder's own window argument when it is given one; otherwise the one the model's
+# layers use, as the engine adapter reads it from the model's config (context "attention_windows": one
+# window per layer, None for full attention; "masks_per_layer_kind": the tree builds one mask per kind
+# of layer). A builder named for the window builds the sliding layers' mask; one mask shared by every
+# layer carries the window only when every layer has it.
+
+POSITION_WORDS = ("cache_position", "past_key_values_length", "past_length", "past_seen")
+WINDOW_NAME_WORDS = ("sliding", "window", "local")
+
+
+def is_mask_builder(name: str, params: tuple[str, ...]) -> bool:
+    return (
+        "mask" in name.lower()
+        and has(params, "attention_mask", "padding_mask", "shape")
+        and has(params, *POSITION_WORDS)
+        and not has(params, "q_pos", "query_pos", "qpos")
+    )
+
+
+def expected_window(name: str, inputs: dict, ctx: dict) -> tuple[bool, int | None]:
+    """(known, window) the builder's mask must carry; unknown when neither its inputs nor the context say."""
+    own = param(inputs, "sliding_window", "window")
+    if isinstance(own, int) and not isinstance(own, bool):
+        return True, own
+    layers = ctx.get("attention_windows")
+    if not layers:
+        return False, None
+    slides = {w for w in layers if w is not None}
+    if any(w in name.lower() for w in WINDOW_NAME_WORDS):
+        return (True, slides.pop()) if len(slides) == 1 else (False, None)
+    if len(set(layers)) == 1 and not ctx.get("masks_per_layer_kind"):
+        return True, layers[0]
+    return True, None  # a mask for the full-attention layers (the sliding ones get or make their own)
+
+
+def mask_geometry(inputs: dict, output) -> tuple[int, torch.Tensor] | None:
+    """(batch, query positions [Q]) of a builder's call, from its output and its position inputs."""
+    embeds = next((v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() == 3), None)
+    shape = param(inputs, "input_shape", "input_ids_shape")
+    cache_position = param(inputs, "cache_position")
+    if isinstance(output, torch.Tensor):
+        batch, q_len = output.shape[0], output.shape[-2]
+    elif isinstance(cache_position, torch.Tensor):
+        q_len = cache_position.numel()
+        batch = embeds.shape[0] if embeds is not None else (shape[0] if isinstance(shape, (tuple, list)) else 1)
+    elif isinstance(shape, (tuple, list)) and len(shape) == 2:
+        batch, q_len = int(shape[0]), int(shape[1])
+    elif embeds is not None:
+        batch, q_len = embeds.shape[0], embeds.shape[1]
+    else:
+        return None
+    if isinstance(cache_position, torch.Tensor) and cache_position.dim() == 1:
+        return (batch, cache_position.long()) if cache_position.numel() == q_len else None
+    past = param(inputs, "past_key_values_length", "past_length", "past_seen")
+    if isinstance(past, int) and not isinstance(past, bool):
+        return batch, torch.arange(past, past + q_len)
+    return None
+
+
+def visible_of(output, batch: int, n_keys: int, q_pos: torch.Tensor) -> torch.Tensor | None:
+    # output [B, 1|H, Q, K] additive or bool, or None (plain causal) -> visible [B, 1|H, Q, K] bool
+    if output is None:
+        return visible_ref(q_pos[:, None], torch.arange(n_keys)[None, :], None).expand(batch, 1, -1, -1)
+    if not isinstance(output, torch.Tensor) or output.dim() != 4:
+        return None
+    if output.dtype == torch.bool:
+        return output
+    if not output.is_floating_point():
+        return None
+    return output.double() > torch.finfo(output.dtype).min / 2
+
+
+def check_mask_builder(name: str):
+    def check(inputs: dict, output, ctx: dict) -> float | None:
+        """Share of entries, over the rows of real (unpadded) queries, where the mask differs from
+        causal ∧ window ∧ padding computed from the call's own positions."""
+        known, window = expected_window(name, inputs, ctx)
+        geometry = mask_geometry(inputs, output)
+        pad = param(inputs, "attention_mask", "padding_mask")
+        if not known or geometry is None or (pad is not None and not isinstance(pad, torch.Tensor)):
+            return None
+        if isinstance(pad, torch.Tensor) and pad.dim() != 2:
+            return None  # a 4D mask handed in is passed through, not built here
+        batch, q_pos = geometry
+        n_keys = output.shape[-1] if isinstance(output, torch.Tensor) else int(q_pos.max()) + 1
+        got = visible_of(output, batch, n_keys, q_pos)
+        if got is None or got.shape[-2] != q_pos.numel() or n_keys <= int(q_pos.max()):
+            return None
+        real = torch.ones(batch, n_keys, dtype=torch.bool)  # [B, K]: keys past the padding mask are not padding
+        if isinstance(pad, torch.Tensor):
+            width = min(n_keys, pad.shape[1])
+            real[:, :width] = pad[:, :width] != 0
+        want = visible_ref(q_pos[:, None], torch.arange(n_keys)[None, :], window)[None] & real[:, None, :]  # [B, Q, K]
+        rows = real[:, q_pos]  # [B, Q]: a padding query's row is never read
+        if not rows.any():
+            return None
+        return float((got != want[:, None]).any(1)[rows].double().mean())
+
+    return check
+
+
 # ---------------------------------------------------------------- attention over the paged KV cache
 #
 # The layout serving engines share (vLLM's): key/value cache [num_blocks, block_size, KVH, D]; a
@@ -355,6 +463,11 @@ def check_inv_freq(inputs: dict, output, _ctx: dict) -> float | None:
         want, scale = rope_ref.frequencies(rope, dim, length, max_pos, torch.float64)
     except (KeyError, ValueError, TypeError):
         return None
+    return frequency_error(output, want, scale)
+
+
+def frequency_error(output, want: torch.Tensor, scale: float) -> float | None:
+    # output: [dim/2] frequencies, or (frequencies, cos/sin scale) -> the larger relative error
     got, got_scale = (output[0], output[1]) if isinstance(output, (tuple, list)) else (output, None)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
         return None
@@ -362,6 +475,43 @@ def check_inv_freq(inputs: dict, output, _ctx: dict) -> float | None:
     if isinstance(got_scale, (int, float)):
         err = max(err, abs(float(got_scale) - scale) / abs(scale))
     return err
+
+
+def rope_of_config(config: dict) -> tuple[dict, int, int] | None:
+    """(rope settings, rotary dim, max positions) from a checkpoint-format config (DESIGN §1: the
+    HF config.json keys, old `rope_scaling` + `rope_theta` or new `rope_parameters`)."""
+    scaling = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    theta = config.get("rope_theta") or (scaling.get("rope_theta") if isinstance(scaling, dict) else None)
+    heads, hidden, max_pos = (config.get(k) for k in ("num_attention_heads", "hidden_size", "max_position_embeddings"))
+    if not (isinstance(heads, int) and isinstance(hidden, int) and isinstance(max_pos, int)):
+        return None
+    if not isinstance(scaling, dict) or not theta:
+        return None
+    head_dim = config.get("head_dim") or hidden // heads
+    dim = int(head_dim * (config.get("partial_rotary_factor") or 1.0))
+    rope = {**scaling, "rope_theta": theta, "rope_type": scaling.get("rope_type", scaling.get("type", "default"))}
+    return rope, dim, max_pos
+
+
+def check_config_freq(inputs: dict, output, _ctx: dict) -> float | None:
+    """Frequencies (and cos/sin scale) computed from the model's config, against refmodels.rope."""
+    config = param(inputs, "config")
+    found = rope_of_config(config) if isinstance(config, dict) else None
+    if found is None:
+        return None
+    rope, dim, max_pos = found
+    seq_len = param(inputs, "seq_len")
+    length = int(seq_len) if isinstance(seq_len, (int, float, torch.Tensor)) else max_pos
+    try:
+        want, scale = rope_ref.frequencies(rope, dim, length, max_pos, torch.float64)
+    except (KeyError, ValueError, TypeError):
+        return None
+    return frequency_error(output, want, scale)
+
+
+def is_config_freq(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return ("param" in n or "freq" in n) and "config" in params and has(params, "seq_len")
 
 
 def is_inv_freq(name: str, params: tuple[str, ...]) -> bool:
@@ -515,6 +665,14 @@ CONTRACTS: list[Contract] = [
         "attention-mask", "attention", "key visible iff kv <= q and kv > q - window", is_mask, check_mask, fixed(0.0)
     ),
     Contract(
+        "attention-mask-4d",
+        "attention",
+        "[B, 1|H, Q, K] mask: key visible iff kv <= q, kv > q - window, and not padding",
+        is_mask_builder,
+        None,
+        fixed(0.0),
+    ),  # check bound per name in contract_check
+    Contract(
         "paged-attention",
         "attention",
         "softmax(q k^T * scale, capped, causal/window mask) v over the block table's keys",
@@ -531,6 +689,14 @@ CONTRACTS: list[Contract] = [
         "inv_freq and cos/sin scale of the rope type (refmodels.rope)",
         is_inv_freq,
         check_inv_freq,
+        fixed(2e-5),
+    ),
+    Contract(
+        "rope-config-frequencies",
+        "rotary",
+        "inv_freq and cos/sin scale of the config's rope type (refmodels.rope)",
+        is_config_freq,
+        check_config_freq,
         fixed(2e-5),
     ),
     Contract(
@@ -589,7 +755,10 @@ def contract_for(name: str, params: tuple[str, ...]) -> Contract | None:
 
 
 def contract_check(contract: Contract, name: str) -> Callable[[dict, object, dict], float | None]:
-    return check_gated_activation(name.rsplit(".", 1)[-1]) if contract.check is None else contract.check
+    if contract.check is not None:
+        return contract.check
+    short = name.rsplit(".", 1)[-1]
+    return check_mask_builder(short) if contract.name == "attention-mask-4d" else check_gated_activation(short)
 
 
 def judge(calls, context: dict) -> list[dict]:

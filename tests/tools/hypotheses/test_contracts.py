@@ -287,3 +287,104 @@ def test_packed_prefill_rows_sit_at_the_end_of_their_sequence():
     shifted[4:10] = want[4:10].roll(1, 0)  # rows of the second sequence one position off
     assert judge_one("paged_attention", tuple(inputs), inputs, shifted)[1] > 10 * c.THRESHOLD
     assert c.contract_for("write_to_kv_cache", ("key", "value", "key_cache", "value_cache", "slot_mapping")) is None
+
+
+# ---------------------------------------------------------------- 4D mask builders
+
+
+def additive_mask(pad, q_pos, n_keys, window, dtype=torch.float32, band_shift=0):
+    """A builder's [B, 1, Q, K] additive mask (0 visible, dtype min hidden); band_shift moves the window
+    edge by that many keys (the off-by-one bug)."""
+    kv = torch.arange(n_keys)[None, :]
+    seen = kv <= q_pos[:, None]
+    if window is not None:
+        seen &= kv > q_pos[:, None] - window - band_shift
+    seen = seen[None] & (pad[:, None, :n_keys] != 0)
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill(~seen, torch.finfo(dtype).min)[:, None]
+
+
+MASK_PARAMS = ("attention_mask", "input_shape", "inputs_embeds", "past_key_values_length", "sliding_window")
+
+
+def mask_call(pad, past, q_len, window):
+    return {
+        "attention_mask": pad,
+        "input_shape": (pad.shape[0], q_len),
+        "inputs_embeds": torch.zeros(pad.shape[0], q_len, 4),
+        "past_key_values_length": past,
+        "sliding_window": window,
+    }
+
+
+def test_mask_builder_kept_by_causal_window_and_padding_and_broken_by_each_slip():
+    pad = torch.ones(2, 40, dtype=torch.long)
+    pad[1, :5] = 0  # left padding of the shorter request
+    q_pos = torch.arange(40)
+    name = "_prepare_4d_causal_attention_mask"
+    inputs = mask_call(pad, 0, 40, 16)
+    assert judge_one(name, MASK_PARAMS, inputs, additive_mask(pad, q_pos, 40, 16))[1] == 0.0
+    assert judge_one(name, MASK_PARAMS, inputs, additive_mask(pad, q_pos, 40, 16, band_shift=1))[1] > 0
+    assert judge_one(name, MASK_PARAMS, inputs, additive_mask(pad, q_pos, 40, None))[1] > 0
+    assert judge_one(name, MASK_PARAMS, inputs, additive_mask(torch.ones_like(pad), q_pos, 40, 16))[1] > 0
+    boolean = additive_mask(pad, q_pos, 40, 16) == 0  # True: visible
+    assert judge_one(name, MASK_PARAMS, inputs, boolean)[1] == 0.0
+
+
+def test_decode_step_mask_is_judged_at_its_cache_position():
+    pad = torch.ones(1, 41, dtype=torch.long)
+    params = ("attention_mask", "input_tensor", "cache_position", "past_key_values", "output_attentions")
+    inputs = {"attention_mask": pad, "input_tensor": torch.zeros(1, 1, 4), "cache_position": torch.tensor([40])}
+    ctx = {"attention_windows": [16, 16]}
+    right = additive_mask(pad, torch.tensor([40]), 41, 16)
+    assert judge_one("_update_causal_mask", params, inputs, right, ctx)[1] == 0.0
+    # None: the attention applies plain causality itself, which sees all 41 keys, not the last 16
+    assert judge_one("_update_causal_mask", params, inputs, None, ctx)[1] == pytest.approx(25 / 41)
+    assert judge_one("_update_causal_mask", params, inputs, None, {"attention_windows": [None, None]})[1] == 0.0
+
+
+def test_the_window_a_mask_must_carry_comes_from_its_argument_or_the_layers():
+    given_none = {"sliding_window": None}
+    assert c.expected_window("build_mask", {"sliding_window": 8}, {"attention_windows": [None]}) == (True, 8)
+    assert c.expected_window("build_mask", given_none, {}) == (False, None)  # nothing says: not judged
+    assert c.expected_window("build_mask", given_none, {"attention_windows": [32, 32]}) == (True, 32)
+    mixed = {"attention_windows": [None, 32]}
+    assert c.expected_window("build_mask", given_none, mixed) == (True, None)  # one mask for every layer: full
+    assert c.expected_window("create_sliding_window_causal_mask", {}, mixed) == (True, 32)
+    per_kind = {"attention_windows": [32, 32], "masks_per_layer_kind": True}
+    assert c.expected_window("create_causal_mask", {}, per_kind) == (True, None)
+
+
+def test_a_passed_through_4d_mask_or_a_decision_is_not_judged():
+    pad4d = torch.zeros(1, 1, 8, 8)
+    inputs = {**mask_call(torch.ones(1, 8), 0, 8, 4), "attention_mask": pad4d}
+    assert judge_one("_prepare_4d_causal_attention_mask", MASK_PARAMS, inputs, pad4d)[1] is None
+    decision = ("attention_mask", "inputs_embeds", "past_key_values_length", "sliding_window", "is_training")
+    inputs = {"attention_mask": None, "inputs_embeds": torch.zeros(1, 8, 4), "past_key_values_length": 0}
+    assert judge_one("_ignore_causal_mask_sdpa", decision, inputs, True)[1] is None
+
+
+def hf_config(**rope) -> dict:
+    return {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 1024,
+        "rope_theta": 10000.0,
+        "rope_scaling": rope,
+    }
+
+
+def test_rope_frequencies_from_a_config_dict():
+    from tools.refmodels import rope as rope_ref
+
+    params = ("config", "device", "seq_len")
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}
+    rope = {**yarn, "rope_theta": 10000.0}
+    want = rope_ref.frequencies(rope, 16, 1024, 1024, torch.float64)
+    inputs = {"config": hf_config(**yarn), "device": None, "seq_len": None}
+    contract, size, tol = judge_one("_compute_yarn_parameters", params, inputs, (want[0].float(), want[1]))
+    assert contract.name == "rope-config-frequencies" and size < tol
+    # the correction band taken from max_position_embeddings instead of the pretraining context
+    wrong = rope_ref.frequencies({**rope, "original_max_position_embeddings": 1024}, 16, 1024, 1024, torch.float64)
+    assert judge_one("_compute_yarn_parameters", params, inputs, (wrong[0].float(), wrong[1]))[1] > 100 * tol
+    unreadable = {"config": {"rope_scaling": yarn}, "device": None, "seq_len": None}
+    assert judge_one("_compute_yarn_parameters", params, unreadable, want)[1] is None
