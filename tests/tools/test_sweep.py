@@ -21,6 +21,7 @@ from tools.sweep.matrix import (
     covering_order,
     default_matrix,
     load_matrix,
+    nearest_first,
     options_of,
     scenario_of,
 )
@@ -89,6 +90,39 @@ def test_config_variant_goes_to_the_checkpoint_not_the_engine():
     assert sc.target.options == {}
     plain = scenario_of(Cell("llama", "float32", "none", "long"), target, FEATURES, None, VARIANTS)
     assert "rope_scaling" not in plain.model
+
+
+def _report(model: dict, dtype: str = "float32", options: dict | None = None, sampled: bool = False):
+    sampling = {"temperature": 0.7} if sampled else {}
+    return from_dict(
+        {
+            "model": {"seed": 4, **model},
+            "target": {"engine": "tinyserve", "dtype": dtype, "options": options or {}},
+            "workload": {"requests": [{"prompt_ids": list(range(3, 90)), "max_tokens": 4, "sampling": sampling}]},
+        }
+    )
+
+
+def test_cells_nearest_a_reported_scenario_run_first_and_ties_keep_the_covering_order():
+    m = default_matrix(FEATURES, VARIANTS)
+    cells = covering_order(m.cells(VARIANTS))
+    rope = nearest_first(
+        cells, _report({"arch": "qwen2", "rope_scaling": {"type": "linear", "factor": 4.0}}), FEATURES, VARIANTS
+    )
+    assert sorted(c.id for c in rope) == sorted(c.id for c in cells)
+    assert (rope[0].arch, rope[0].config) == ("qwen2", "rope_linear")  # the rope type counts most
+    caps = nearest_first(
+        cells, _report({"arch": "gemma2", "attn_logit_softcapping": 9.0}, "bfloat16"), FEATURES, VARIANTS
+    )
+    assert caps[0].config == "caps_off" and caps[0].arch == "gemma2"
+    prefix = nearest_first(
+        cells, _report({"arch": "llama"}, options={"enable_prefix_caching": True}), FEATURES, VARIANTS
+    )
+    assert options_of(prefix[0], FEATURES).get("enable_prefix_caching") and prefix[0].arch == "llama"
+    sampled = nearest_first(cells, _report({"arch": "mistral"}, sampled=True), FEATURES, VARIANTS)
+    assert sampled[0].workload in ("sampled", "long") and sampled[0].arch == "mistral"
+    same = [c for c in rope if c.arch == "llama" and c.dtype == "bfloat16" and c.config == "preset"]
+    assert same == [c for c in cells if c in same]  # ties keep the covering order
 
 
 def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):

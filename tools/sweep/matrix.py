@@ -318,12 +318,16 @@ def nearest_first(cells: list[Cell], report: Scenario, declared: dict[str, Featu
 
 
 def closeness(cell: Cell, report: Scenario, declared: dict[str, Feature], variants) -> int:
-    """How many traits a cell shares with a reported scenario (options already canonical)."""
+    """How many traits a cell shares with a reported scenario (options already canonical), less
+    one for a feature set or a config variant the report shows nothing of (the plainer cell of two
+    otherwise alike is nearer)."""
     score = int(cell.arch == report.model.get("arch")) + int(cell.dtype == report.target.dtype)
-    score += sum(report.target.options.get(k) == v for k, v in options_of(cell, declared).items())
+    shared = sum(report.target.options.get(k) == v for k, v in options_of(cell, declared).items())
+    score += shared - int(cell.features != "none" and not shared)
     score += int(cell.workload in workload_shapes(report))
     variant = (variants or {}).get(cell.config)
-    return score + (config_closeness(variant.model, report.model) if variant else 0)
+    config = config_closeness(variant.model, report.model) if variant else 0
+    return score + (config if config or not variant else -1)
 
 
 def workload_shapes(report: Scenario) -> set[str]:
