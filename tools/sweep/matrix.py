@@ -154,7 +154,8 @@ def load_matrix(
     path: Path | None, declared: dict[str, Feature], variants: dict[str, ConfigVariant] | None = None
 ) -> Matrix:
     """The matrix file (TOML, the axes as top-level keys; missing axes take the default's values;
-    `strength`, 1 to 5, how many axes' values the cells cross in full), checked against what exists:
+    `strength`, 1 to 5, how many axes' values the cells cross in full; `config` left out: the
+    preset only), checked against what exists:
     archs, dtypes, workloads, and the features and config variants the engine declares."""
     variants = variants or {}
     base = default_matrix(declared, variants)
@@ -181,7 +182,9 @@ def load_matrix(
     }
     values = {}
     for axis in AXES:
-        given = data.get(axis, list(getattr(base, axis)))
+        # a file that leaves out the config axis sweeps the preset checkpoints (files written
+        # before the axis existed keep their cells); the other axes left out take the defaults
+        given = data.get(axis, [PRESET] if axis == "config" else list(getattr(base, axis)))
         if not isinstance(given, list) or not given or not all(isinstance(v, str) for v in given):
             raise MatrixError(f"matrix {path}: {axis} must be a non-empty list of names, got {given!r}")
         bad = [v for v in given if v not in allowed[axis]]
