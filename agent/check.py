@@ -2,8 +2,8 @@
 
     python -m agent.check --engine tinyserve [--target-source DIR] [--matrix FILE] [--budget-min 20]
 
-Every cell (arch x dtype x feature set x workload) is one probe. Divergent cells are grouped by
-first divergent tap and trigger, each group's smallest member is minimized further, and when the
+Every cell (arch x dtype x feature set x workload x checkpoint config variant) is one probe.
+Divergent cells are grouped by first divergent tap and trigger, each group's smallest member is minimized further, and when the
 target source is a git repository the group is diagnosed with the full pipeline. Writes
 junit.xml (one test per cell), summary.md, results.json and per group its minimal scenario,
 divergence plot and report. Exit 0: every cell agrees; 1: a cell diverged or its engine failed;
@@ -27,21 +27,41 @@ from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_di
 from tools.preflight import check_engine, check_options, check_target_source
 from tools.probe import compare
 from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
-from tools.scenario import EngineSpec, Scenario
+from tools.scenario import EngineSpec, Scenario, load
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
-from tools.sweep.matrix import Cell, Feature, covering_order, load_matrix, scenario_of
+from tools.sweep.matrix import (
+    Cell,
+    ConfigVariant,
+    Feature,
+    covering_order,
+    load_matrix,
+    nearest_first,
+    scenario_of,
+)
 from tools.sweep.output import junit_xml, markdown_summary
 
 MINIMIZE_PROBES = 8  # probes spent shrinking one group's scenario
 
 
-def declared_features(spec: EngineSpec, source: Path | None) -> dict[str, Feature]:
-    """The features the engine's adapter declares for the tree under test (its trigger axes):
-    name -> the options that switch it on."""
+def declared_axes(spec: EngineSpec, source: Path | None):
+    """What the engine's adapter declares for the tree under test -> (its features: trigger axis
+    name -> the options that switch it on; its checkpoint config variants; its option canonicalizer)."""
     from tools.engines import engine_capabilities
 
-    axes = engine_capabilities(spec.engine, source).trigger_axes
-    return {axis.name: Feature(dict(axis.options), axis.alone) for axis in axes}
+    caps = engine_capabilities(spec.engine, source)
+    features = {axis.name: Feature(dict(axis.options), axis.alone) for axis in caps.trigger_axes}
+    variants = {axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs)) for axis in caps.config_axes}
+    return features, variants, caps.canonical_options
+
+
+def ordered_cells(args, matrix, declared, variants, canonical) -> list[Cell]:
+    """The matrix's cells in covering order, or, with --prefer, nearest the reported scenario first."""
+    cells = covering_order(matrix.cells(variants))
+    if not args.prefer:
+        return cells
+    report = load(args.prefer)
+    report = replace(report, target=replace(report.target, options=canonical(report.target.options)))
+    return nearest_first(cells, report, declared, variants)
 
 
 def first_tap(result: ProbeResult) -> str:
@@ -193,6 +213,7 @@ def parse_args(argv) -> argparse.Namespace:
     ap.add_argument("--matrix", type=Path, help="TOML: arch, dtype, features, workload lists (default: all)")
     ap.add_argument("--reference", default=None, help="reference engine (default: transformers), e.g. refmodel")
     ap.add_argument("--budget-min", type=float, help="time budget; cells past it are skipped and listed")
+    ap.add_argument("--prefer", type=Path, help="scenario TOML (a report's repro): the cells nearest it run first")
     ap.add_argument("--good-ref", help="a ref of --target-source known to be good (bisection for diagnoses)")
     ap.add_argument("--no-diagnose", action="store_true", help="group and minimize only, no diagnosis")
     ap.add_argument("--fail-fast", action="store_true", help="stop starting cells after the first failing one")
@@ -237,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
 def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[list[CellResult], list[Group], float]:
     """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`.
     `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused."""
-    declared = declared_features(args.spec, source)
-    matrix = load_matrix(args.matrix, declared)
+    declared, variants, canonical = declared_axes(args.spec, source)
+    matrix = load_matrix(args.matrix, declared, variants)
     reference = {"engine": args.reference} if args.reference else None
-    cells = [(c, scenario_of(c, args.spec, declared, reference)) for c in covering_order(matrix.cells())]
+    cells = [
+        (c, scenario_of(c, args.spec, declared, reference, variants))
+        for c in ordered_cells(args, matrix, declared, variants, canonical)
+    ]
     start = time.monotonic()
     budget_s = args.budget_min * 60 if args.budget_min else None
     results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast)

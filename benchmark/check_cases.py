@@ -3,13 +3,19 @@
 For every case: build its repo, check out its bug alone (the culprit commit cherry-picked onto
 `base`; the base itself for a bug at base; the first bad release for a release history), and run
 `agent.check --fail-fast --no-diagnose` with the default matrix (or --matrix) against that tree.
-A case is caught when some cell fails. All cases are swept in this one process with one Prober,
+A case is caught when some cell fails. `--order repro` (the default) runs first the default cells
+nearest the case's reported scenario (its repro.toml, as an issue gives it: arch, dtype, options,
+config keys, workload shape; never its truth), so a budget reaches the cells that share its trigger;
+`--order covering` keeps the blind covering order. A case that cannot be swept here gets an n/a
+row with the reason (a release history unless --releases; a subject named by --skip-subject).
+All cases are swept in this one process with one Prober,
 so the reference runs (which depend on the tokens only, never on the tree under test) and the
 worker zygote serve every case. Prints one row per case as it ends and the share caught; writes
 `check_cases.json` under --out after every case. Nothing of the case's truth reaches the sweep:
 it only chooses which tree to sweep.
 
     python -m benchmark.check_cases 'ts-*' --budget-min 3     # every tinyserve case, 3 minutes each
+    python -m benchmark.check_cases --skip-subject llama.cpp --budget-min 2   # all but the native builds
     python -m benchmark.check_cases ts-prefix-hash-chain ts-int4-group-scales
 """
 
@@ -22,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import tomli_w
 
 from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import Case, load_cases, load_truth
@@ -64,6 +72,9 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
         argv += ["--out", str(out / case.id)]  # caught or not is the question: no probes spent shrinking
         argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
         argv += ["--matrix", str(args.matrix)] if args.matrix else []
+        if args.order == "repro":
+            (Path(tmp) / "repro.toml").write_text(tomli_w.dumps(case.scenario.to_dict()))
+            argv += ["--prefer", str(Path(tmp) / "repro.toml")]
         row: dict = {"case": case.id, "subject": case.subject, "tree": how}
         try:
             results, _, _ = check(
@@ -73,12 +84,26 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
             results, row["error"] = [], str(e).splitlines()[0][:300]
     failing = [r for r in results if r.status in ("diverge", "error")]
     row.update(
+        verdict="caught" if failing else "missed",
         seconds=round(time.monotonic() - start, 1),
         cells_run=sum(r.status != "skipped" for r in results),
         caught_by=failing[0].cell.id if failing else None,
         first_tap=(failing[0].first_tap or failing[0].status) if failing else None,
     )
     return row
+
+
+def not_applicable(case: Case, args) -> str | None:
+    """Why the case is not swept here (None: it is)."""
+    if args.skip_subject and case.subject in args.skip_subject:
+        return f"subject {case.subject} skipped (--skip-subject): its trees build natively per case"
+    if case.releases is not None and not args.releases:
+        return "a release history: its bug is a published release (benchmark.release_sweep sweeps those; --releases)"
+    return None
+
+
+def na_row(case: Case, reason: str) -> dict:
+    return {"case": case.id, "subject": case.subject, "verdict": "n/a", "reason": reason, "caught_by": None}
 
 
 def select(cases_dir: Path | None, patterns: list[str], subjects: list[str] | None) -> list[Case]:
@@ -103,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--subject", action="append", help="only cases of this subject (repeatable)")
     ap.add_argument("--budget-min", type=float, help="per-case time budget passed to agent.check")
     ap.add_argument("--matrix", type=Path, help="matrix file passed to agent.check (default: its default matrix)")
+    ap.add_argument("--order", choices=("repro", "covering"), default="repro", help="cell order (default: repro)")
+    ap.add_argument("--releases", action="store_true", help="also sweep release-history cases (first bad release)")
+    ap.add_argument("--skip-subject", action="append", help="report this subject's cases n/a (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("out/check-cases"))
     ap.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
     args = ap.parse_args(argv)
@@ -113,17 +141,27 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     prober = Prober()
     for case in cases:
-        row = sweep_case(case, out, args, prober)
+        reason = not_applicable(case, args)
+        row = na_row(case, reason) if reason else sweep_case(case, out, args, prober)
         rows.append(row)
-        print(
-            f"{row['case']:<34} {'caught' if row['caught_by'] else 'MISSED':<7} {row['caught_by'] or row.get('error', '')}"
-            f" {row['first_tap'] or ''}  ({row['cells_run']} cells, {row['seconds']:.0f} s; {row['tree']})",
-            flush=True,
-        )
+        print(row_line(row), flush=True)
         (out / "check_cases.json").write_text(json.dumps(rows, indent=2) + "\n")
-    caught = sum(bool(r["caught_by"]) for r in rows)
-    print(f"caught {caught}/{len(rows)} cases with the {'given' if args.matrix else 'default'} matrix")
+    swept = [r for r in rows if r["verdict"] != "n/a"]
+    caught = sum(r["verdict"] == "caught" for r in rows)
+    print(
+        f"caught {caught}/{len(swept)} cases with the {'given' if args.matrix else 'default'} matrix"
+        f" ({len(rows) - len(swept)} n/a, {args.order} order)"
+    )
     return 0
+
+
+def row_line(row: dict) -> str:
+    if row["verdict"] == "n/a":
+        return f"{row['case']:<34} n/a     {row['reason']}"
+    return (
+        f"{row['case']:<34} {'caught' if row['caught_by'] else 'MISSED':<7} {row['caught_by'] or row.get('error', '')}"
+        f" {row['first_tap'] or ''}  ({row['cells_run']} cells, {row['seconds']:.0f} s; {row['tree']})"
+    )
 
 
 if __name__ == "__main__":

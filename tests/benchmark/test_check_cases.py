@@ -46,3 +46,18 @@ def test_a_bug_alone_fails_a_cell_and_a_matrix_without_its_trigger_misses_it(tmp
     assert "caught 1/1" in printed and "caught 0/1" in printed and "MISSED" in printed
     junit = (tmp_path / "a" / "ts-prefix-hash-chain" / "junit.xml").read_text()
     assert "<failure" in junit
+
+
+def test_cases_not_swept_here_get_an_na_row_with_the_reason(tmp_path, capsys):
+    """Never silently dropped: a release history (without --releases) and a skipped subject are
+    rows with a reason, outside the caught share."""
+    everything = check_cases.select(None, [], None)
+    release = next(c for c in everything if c.releases is not None)
+    native = next(c for c in everything if c.subject not in ("tinyserve", "transformers"))
+    out = tmp_path / "out"
+    assert check_cases.main([release.id, native.id, "--skip-subject", native.subject, "--out", str(out)]) == 0
+    rows = {r["case"]: r for r in json.loads((out / "check_cases.json").read_text())}
+    assert rows[release.id]["verdict"] == "n/a" and "release" in rows[release.id]["reason"]
+    assert rows[native.id]["verdict"] == "n/a" and "--skip-subject" in rows[native.id]["reason"]
+    printed = capsys.readouterr().out
+    assert "caught 0/0" in printed and "2 n/a" in printed

@@ -11,7 +11,9 @@ from tools.scenario import EngineSpec, from_dict
 from tools.sweep.group import CellResult, any_layer, group_cells, minimize, reductions
 from tools.sweep.matrix import (
     AXES,
+    PAIRED_AXES,
     Cell,
+    ConfigVariant,
     Feature,
     Matrix,
     MatrixError,
@@ -19,6 +21,7 @@ from tools.sweep.matrix import (
     covering_order,
     default_matrix,
     load_matrix,
+    nearest_first,
     options_of,
     scenario_of,
 )
@@ -47,6 +50,81 @@ def test_default_matrix_covers_every_triple_of_values_in_a_third_of_the_product(
     assert len(covering(full, 2)) < len(cells)  # pairs need fewer still
 
 
+VARIANTS = {
+    "rope_linear": ConfigVariant({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    "caps_off": ConfigVariant({"attn_logit_softcapping": None}, archs=("gemma2",)),
+    "keys_omitted": ConfigVariant({"omit_keys": ["rms_norm_eps"]}),
+}
+
+
+def test_config_axis_meets_every_value_in_pairs_without_growing_the_array():
+    """The config variants ride on the four-axis covering array: its triples all stay, each variant
+    meets every value of every other axis on an arch that ships it, and the cell count barely grows."""
+    m = default_matrix(FEATURES, VARIANTS)
+    assert m.config == ("preset", *VARIANTS)
+    base = Matrix(m.arch, m.dtype, m.features, m.workload).cells()
+    cells = m.cells(VARIANTS)
+    others = [a for a in AXES if a not in PAIRED_AXES]
+    assert {tuple((a, c.axis(a)) for a in others) for c in base} <= {
+        tuple((a, c.axis(a)) for a in others) for c in cells
+    }
+    assert all(c.config == "preset" or VARIANTS[c.config].fits(c.arch) for c in cells)
+    for config in m.config:
+        for axis in others:
+            values = {getattr(c, axis) for c in base if config == "preset" or VARIANTS[config].fits(c.arch)}
+            assert values == {c.axis(axis) for c in cells if c.config == config}, (config, axis)
+    assert {c.config for c in cells if c.arch != "gemma2"} == {"preset", "rope_linear", "keys_omitted"}
+    assert len(base) <= len(cells) <= len(base) * 1.1
+    assert len(set(cells)) == len(cells)
+
+
+def test_cell_ids_name_the_config_variant_only_off_the_preset():
+    assert Cell("llama", "float32", "none", "long").id == "llama-float32-none-long"
+    assert Cell("llama", "float32", "none", "long", "rope_linear").id == "llama-float32-none-long-rope_linear"
+
+
+def test_config_variant_goes_to_the_checkpoint_not_the_engine():
+    target = EngineSpec("tinyserve", "float32", {})
+    sc = scenario_of(Cell("gemma2", "float32", "none", "long", "caps_off"), target, FEATURES, None, VARIANTS)
+    assert sc.model["attn_logit_softcapping"] is None and sc.model["query_pre_attn_scalar"] == 24
+    assert sc.target.options == {}
+    plain = scenario_of(Cell("llama", "float32", "none", "long"), target, FEATURES, None, VARIANTS)
+    assert "rope_scaling" not in plain.model
+
+
+def _report(model: dict, dtype: str = "float32", options: dict | None = None, sampled: bool = False):
+    sampling = {"temperature": 0.7} if sampled else {}
+    return from_dict(
+        {
+            "model": {"seed": 4, **model},
+            "target": {"engine": "tinyserve", "dtype": dtype, "options": options or {}},
+            "workload": {"requests": [{"prompt_ids": list(range(3, 90)), "max_tokens": 4, "sampling": sampling}]},
+        }
+    )
+
+
+def test_cells_nearest_a_reported_scenario_run_first_and_ties_keep_the_covering_order():
+    m = default_matrix(FEATURES, VARIANTS)
+    cells = covering_order(m.cells(VARIANTS))
+    rope = nearest_first(
+        cells, _report({"arch": "qwen2", "rope_scaling": {"type": "linear", "factor": 4.0}}), FEATURES, VARIANTS
+    )
+    assert sorted(c.id for c in rope) == sorted(c.id for c in cells)
+    assert (rope[0].arch, rope[0].config) == ("qwen2", "rope_linear")  # the rope type counts most
+    caps = nearest_first(
+        cells, _report({"arch": "gemma2", "attn_logit_softcapping": 9.0}, "bfloat16"), FEATURES, VARIANTS
+    )
+    assert caps[0].config == "caps_off" and caps[0].arch == "gemma2"
+    prefix = nearest_first(
+        cells, _report({"arch": "llama"}, options={"enable_prefix_caching": True}), FEATURES, VARIANTS
+    )
+    assert options_of(prefix[0], FEATURES).get("enable_prefix_caching") and prefix[0].arch == "llama"
+    sampled = nearest_first(cells, _report({"arch": "mistral"}, sampled=True), FEATURES, VARIANTS)
+    assert sampled[0].workload in ("sampled", "long") and sampled[0].arch == "mistral"
+    same = [c for c in rope if c.arch == "llama" and c.dtype == "bfloat16" and c.config == "preset"]
+    assert same == [c for c in cells if c in same]  # ties keep the covering order
+
+
 def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):
     path = tmp_path / "m.toml"
     path.write_text('arch = ["gemma2"]\nfeatures = ["prefix", "prefix"]\nstrength = 4\n')
@@ -66,7 +144,8 @@ def test_matrix_file_overrides_axes_and_keeps_defaults(tmp_path):
         ("workload = []", "must be a non-empty list"),
         ('arch = "llama"', "must be a non-empty list"),
         ("arch = [", "not valid TOML"),
-        ("strength = 5", "strength must be an integer from 1 to 4"),
+        ("strength = 6", "strength must be an integer from 1 to 5"),
+        ('config = ["rope_nope"]', "config ['rope_nope'] unknown here"),
         ('strength = "full"', "strength must be an integer"),
     ],
 )

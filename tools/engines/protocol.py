@@ -21,6 +21,10 @@ class TriggerAxis:
     words: tuple[str, ...] = ()  # words an issue uses for it (lower case; `_` and `-` read as spaces)
     workload: str = ""  # the workload shape that exercises it (tools.reproduce.WORKLOADS), "" = as given
     alone: bool = False  # switched on by itself only, never together with the other axes (its options exclude theirs)
+    # a model-config axis (Capabilities.config_axes): [model] keys for the checkpoint factory, not
+    # engine options (tools.probe.checkpoints: HF config fields, omit_keys, config_json)
+    model: dict = field(default_factory=dict)
+    archs: tuple[str, ...] = ()  # the archs whose checkpoints ship it (empty: every arch)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class Capabilities:
     tp_sizes: tuple[int, ...] = (1,)
     replace: tuple[str, ...] = ()  # tap-name patterns where reference rows can be injected (RunJob.replace)
     trigger_axes: tuple[TriggerAxis, ...] = ()  # features the trigger search may switch on, cheapest first
+    # checkpoint config variants the engine reads (rope scaling types, keys left to defaults, ...):
+    # the sweep's model-config axis (tools.sweep.matrix); options stay empty
+    config_axes: tuple[TriggerAxis, ...] = ()
     option_aliases: dict = field(default_factory=dict)  # alias -> the option name the engine takes
     package: str = ""  # the importable package a --target-source root must hold ("": none checked)
     accepted_options: tuple[str, ...] | None = None  # options the tree takes, aliases included; None: any
@@ -48,8 +55,14 @@ class Capabilities:
     @classmethod
     def from_json(cls, d: dict) -> Capabilities:
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        axes = tuple(TriggerAxis(**{**a, "words": tuple(a.get("words", ()))}) for a in d.get("trigger_axes", ()))
-        return cls(**{**fields, "trigger_axes": axes})
+
+        def axes(key: str) -> tuple[TriggerAxis, ...]:
+            return tuple(
+                TriggerAxis(**{**a, "words": tuple(a.get("words", ())), "archs": tuple(a.get("archs", ()))})
+                for a in d.get(key, ())
+            )
+
+        return cls(**{**fields, "trigger_axes": axes("trigger_axes"), "config_axes": axes("config_axes")})
 
     def canonical_options(self, options: dict) -> dict:
         """Options with aliases replaced by the names the engine takes."""

@@ -122,6 +122,126 @@ TRIGGER_AXES = (
     ),
 )
 
+# Checkpoint config variants users ship that tinyserve reads (the sweep's model-config axis), as
+# [model] keys for the checkpoint factory. Rope scaling as hub checkpoints write it (legacy
+# `rope_scaling` + `rope_theta`), sized for the tiny models' 1024 positions: the scaled bands and
+# the pretraining length fall inside the sweep's prompts, as 8k-32k do inside real ones.
+_LEGACY_ROPE = ("rope_parameters",)  # transformers-4 configs: no rope_parameters, rope_theta top-level
+CONFIG_AXES = (
+    TriggerAxis(
+        "rope_linear",
+        {},
+        "linear rope scaling, factor 2 (legacy rope_scaling with `type`)",
+        "linear rope scaling",
+        ("linear", "rope scaling", "position interpolation"),
+        model={
+            "omit_keys": _LEGACY_ROPE,
+            "config_json": {"rope_theta": 10000.0, "rope_scaling": {"type": "linear", "factor": 2.0}},
+        },
+    ),
+    TriggerAxis(
+        "rope_dynamic",
+        {},
+        "dynamic NTK rope scaling, factor 2, prompts within the pretraining length",
+        "dynamic NTK rope scaling",
+        ("dynamic", "ntk"),
+        model={
+            "omit_keys": _LEGACY_ROPE,
+            "config_json": {"rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
+        },
+    ),
+    TriggerAxis(
+        "rope_yarn",
+        {},
+        "YaRN rope scaling, factor 4 over a 256-token pretraining length (Qwen2.5 style)",
+        "YaRN rope scaling",
+        ("yarn",),
+        model={
+            "omit_keys": _LEGACY_ROPE,
+            "config_json": {
+                "rope_theta": 1000000.0,
+                "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256},
+            },
+        },
+    ),
+    TriggerAxis(
+        "rope_llama3",
+        {},
+        "llama3 rope scaling, factor 8 over a 128-token pretraining length (Llama 3.1 style)",
+        "llama3 rope scaling",
+        ("llama3", "llama 3.1", "rope scaling"),
+        model={
+            "omit_keys": _LEGACY_ROPE,
+            "config_json": {
+                "rope_theta": 500000.0,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 128,
+                },
+            },
+        },
+    ),
+    TriggerAxis(
+        "legacy_keys",
+        {},
+        "a transformers-4 config: rms_norm_eps 1e-5, top-level rope_theta, no layer_types",
+        "legacy config keys",
+        ("legacy", "older config", "rms_norm_eps", "eps"),
+        model={
+            "rms_norm_eps": 1e-5,
+            "omit_keys": (*_LEGACY_ROPE, "layer_types"),
+            "config_json": {"rope_theta": 10000.0},
+        },
+    ),
+    TriggerAxis(
+        "keys_omitted",
+        {},
+        "optional config keys left out (eps, rope, biases, tying, layer types): their defaults",
+        "config keys left to defaults",
+        ("default", "missing key", "config key"),
+        model={
+            "omit_keys": (
+                *_LEGACY_ROPE,
+                "rms_norm_eps",
+                "attention_bias",
+                "mlp_bias",
+                "tie_word_embeddings",
+                "layer_types",
+            )
+        },
+    ),
+    TriggerAxis(
+        "tied_embeddings",
+        {},
+        "lm_head tied to the embedding (Llama 3.2 1B, Qwen2.5 0.5B style)",
+        "tied embeddings",
+        ("tied", "tie word embeddings", "lm head"),
+        model={"tie_word_embeddings": True},
+        archs=("llama", "qwen2", "mistral"),
+    ),
+    TriggerAxis(
+        "softcap_engaged",
+        {},
+        "soft-capping that bites: caps at the tiny model's own score and logit scale (init range 0.2)",
+        "logit soft-capping",
+        ("softcap", "soft cap", "soft-capping", "capping"),
+        model={"attn_logit_softcapping": 4.0, "final_logit_softcapping": 4.0, "initializer_range": 0.2},
+        archs=("gemma2",),
+    ),
+    TriggerAxis(
+        "window_20",
+        {},
+        "a 20-token sliding window: its edge inside a 16-token KV block",
+        "sliding window size",
+        ("window", "sliding"),
+        model={"sliding_window": 20},
+        archs=("mistral", "gemma2"),
+    ),
+)
+
 _LLAMA_LAYER = (
     ("input_layernorm", (("attn_norm", "normed"), ("<prev>.out", "residual"))),
     ("self_attn.qkv_proj", (("attn.q", "shard0"), ("attn.k", "shard1"), ("attn.v", "shard2"))),
@@ -476,6 +596,7 @@ class TinyServeEngine:
             tp_sizes=(1, 2),
             replace=REPLACEABLE,
             trigger_axes=TRIGGER_AXES,
+            config_axes=CONFIG_AXES,
             option_aliases=OPTION_ALIASES,
             package=self.package,
             accepted_options=None if accepted is None else tuple(sorted(accepted)),

@@ -5,6 +5,12 @@ The factory is a contract (docs/design.md §1): `AutoConfig.for_model(arch, **ke
 `save_pretrained` (safetensors). Same seed and keys give the same weights.
 Keys a scenario leaves out are filled from TINY_PRESETS so that `arch = "llama"`
 alone means a tiny model, not a 7B one.
+
+Two `[model]` keys edit the written config.json instead of going to AutoConfig (FILE_KEYS), so a
+checkpoint can look like the ones users ship rather than like transformers 5's full dump:
+`omit_keys` (keys dropped: the reader falls back to its defaults) and `config_json` (keys written
+as given, e.g. a legacy `rope_scaling` with `type` and a top-level `rope_theta`). Neither changes
+the weights.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ TINY_PRESETS: dict[str, dict] = {
         _COMMON, sliding_window=32, query_pre_attn_scalar=16, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
     ),
 }
+FILE_KEYS = ("omit_keys", "config_json")  # edit config.json after save_pretrained, never AutoConfig's input
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 = pad, bos, eos
 
 # A fixed corpus for the byte-level BPE; its exact wording only sets which merges exist.
@@ -59,6 +66,11 @@ def model_config_keys(model: dict) -> dict:
         raise ValueError(f"unknown arch {arch!r}; known: {', '.join(sorted(TINY_PRESETS))}")
     keys = {k: v for k, v in model.items() if k not in ("arch", "seed", "path")}
     return {**TINY_PRESETS[arch], **keys}
+
+
+def hf_config_keys(model: dict) -> dict:
+    """[model] table -> the keys AutoConfig takes (FILE_KEYS edit the written file instead)."""
+    return {k: v for k, v in model_config_keys(model).items() if k not in FILE_KEYS}
 
 
 def checkpoint_key(model: dict) -> str:
@@ -167,11 +179,20 @@ def write_checkpoint(model: dict, out: Path) -> None:
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()  # no "Writing model shards" bar in the middle of a probe's output
-    config = AutoConfig.for_model(model["arch"], **model_config_keys(model))
+    config = AutoConfig.for_model(model["arch"], **hf_config_keys(model))
     torch.manual_seed(int(model.get("seed", 0)))
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     net.save_pretrained(out, safe_serialization=True)
     build_tokenizer(config.vocab_size).save_pretrained(out)
+    if any(k in model for k in FILE_KEYS):
+        path = out / "config.json"
+        path.write_text(json.dumps(edited_config(json.loads(path.read_text()), model), indent=2, sort_keys=True))
+
+
+def edited_config(written: dict, model: dict) -> dict:
+    """config.json as save_pretrained wrote it -> as the [model] table's FILE_KEYS say users ship it."""
+    omit = set(model.get("omit_keys", ()))
+    return {**{k: v for k, v in written.items() if k not in omit}, **dict(model.get("config_json", {}))}
 
 
 def build_tokenizer(vocab_size: int):

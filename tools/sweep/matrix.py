@@ -6,7 +6,13 @@ A matrix names, per axis, the values to cross:
     dtype    = ["float32", "bfloat16", "float16"]
     features = ["none", "prefix_caching", "all"]     # feature sets the engine's adapter declares
     workload = ["staggered", "long", "sampled"]      # request shapes (WORKLOADS)
-    strength = 3                                     # cells: every 3 values of 3 axes (4 = the full product)
+    config   = ["preset", "rope_yarn"]               # checkpoint config variants the adapter declares
+    strength = 3                                     # cells: every 3 values of 3 axes (5 = the full product)
+
+The model-config axis is crossed one strength lower than the others (every config variant meets
+every value of each other axis, in pairs): a config variant changes what the checkpoint says, so
+its bugs need the variant and at most one other trigger, and the cell count stays near the
+four-axis array's.
 
 Every cell is one probe of the target against the reference. Plain data and pure functions; the
 probing is `agent.check`'s job.
@@ -17,14 +23,16 @@ from __future__ import annotations
 import itertools
 import random
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools.errors import BadInput
-from tools.probe.checkpoints import TINY_PRESETS
+from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS
 from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict
 
-AXES = ("arch", "dtype", "features", "workload")
+AXES = ("arch", "dtype", "features", "workload", "config")
+PAIRED_AXES = ("config",)  # crossed with every other axis in pairs only, never in triples
+PRESET = "preset"  # the config axis's value for the tiny preset as transformers 5 writes it
 DEFAULT_STRENGTH = 3  # every triple of values of three axes is in some cell: a third of the full product
 TARGET_DTYPES = tuple(d for d in DTYPES if d != "float64")  # a float64 target is the reference itself
 SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, shared by later requests
@@ -74,10 +82,12 @@ class Cell:
     dtype: str
     features: str  # "none", one declared feature, or "all"
     workload: str
+    config: str = PRESET  # a checkpoint config variant the adapter declares, or the preset
 
     @property
     def id(self) -> str:
-        return f"{self.arch}-{self.dtype}-{self.features}-{self.workload}"
+        base = f"{self.arch}-{self.dtype}-{self.features}-{self.workload}"
+        return base if self.config == PRESET else f"{base}-{self.config}"
 
     def axis(self, name: str) -> str:
         return getattr(self, name)
@@ -93,18 +103,39 @@ class Feature:
 
 
 @dataclass(frozen=True)
+class ConfigVariant:
+    """A checkpoint config variant the engine's adapter declares (its config axis): the [model]
+    keys the checkpoint factory writes it with, and the archs whose checkpoints ship it (() = all)."""
+
+    model: dict
+    archs: tuple[str, ...] = ()
+
+    def fits(self, arch: str) -> bool:
+        return not self.archs or arch in self.archs
+
+
+@dataclass(frozen=True)
 class Matrix:
     arch: tuple[str, ...]
     dtype: tuple[str, ...]
     features: tuple[str, ...]
     workload: tuple[str, ...]
+    config: tuple[str, ...] = (PRESET,)
     strength: int = DEFAULT_STRENGTH  # t: the cells cover every t values of t axes; len(AXES) = full product
 
-    def cells(self) -> list[Cell]:
-        product = [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
+    def cells(self, variants: dict[str, ConfigVariant] | None = None) -> list[Cell]:
+        """The covering array of the other axes, each cell then given the config variant that
+        meets the most (variant, value) pairs not met yet, plus copies for pairs still missing;
+        only variants that fit the cell's arch (`variants`: the adapter's; others fit every arch)."""
+        variants = variants or {}
+
+        def fits(config: str, arch: str) -> bool:
+            return config not in variants or variants[config].fits(arch)
+
+        base = [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
         if self.strength >= len(AXES):
-            return product
-        return covering(product, self.strength)
+            return [replace(c, config=k) for c in base for k in self.config if fits(k, c.arch)]
+        return with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits)
 
 
 def feature_sets(declared: dict[str, Feature]) -> tuple[str, ...]:
@@ -114,15 +145,20 @@ def feature_sets(declared: dict[str, Feature]) -> tuple[str, ...]:
     return ("none", *declared, "all") if len(together) > 1 else ("none", *declared)
 
 
-def default_matrix(declared: dict[str, Feature]) -> Matrix:
-    return Matrix(tuple(TINY_PRESETS), TARGET_DTYPES, feature_sets(declared), tuple(WORKLOADS))
+def default_matrix(declared: dict[str, Feature], variants: dict[str, ConfigVariant] | None = None) -> Matrix:
+    configs = (PRESET, *(variants or {}))
+    return Matrix(tuple(TINY_PRESETS), TARGET_DTYPES, feature_sets(declared), tuple(WORKLOADS), configs)
 
 
-def load_matrix(path: Path | None, declared: dict[str, Feature]) -> Matrix:
+def load_matrix(
+    path: Path | None, declared: dict[str, Feature], variants: dict[str, ConfigVariant] | None = None
+) -> Matrix:
     """The matrix file (TOML, the axes as top-level keys; missing axes take the default's values;
-    `strength`, 1 to 4, how many axes' values the cells cross in full), checked against what exists:
-    archs, dtypes, workloads, and the features the engine declares."""
-    base = default_matrix(declared)
+    `strength`, 1 to 5, how many axes' values the cells cross in full; `config` left out: the
+    preset only), checked against what exists:
+    archs, dtypes, workloads, and the features and config variants the engine declares."""
+    variants = variants or {}
+    base = default_matrix(declared, variants)
     if path is None:
         return base
     try:
@@ -142,10 +178,13 @@ def load_matrix(path: Path | None, declared: dict[str, Feature]) -> Matrix:
         "dtype": TARGET_DTYPES,
         "features": ("none", *declared, "all"),
         "workload": tuple(WORKLOADS),
+        "config": (PRESET, *variants),
     }
     values = {}
     for axis in AXES:
-        given = data.get(axis, list(getattr(base, axis)))
+        # a file that leaves out the config axis sweeps the preset checkpoints (files written
+        # before the axis existed keep their cells); the other axes left out take the defaults
+        given = data.get(axis, [PRESET] if axis == "config" else list(getattr(base, axis)))
         if not isinstance(given, list) or not given or not all(isinstance(v, str) for v in given):
             raise MatrixError(f"matrix {path}: {axis} must be a non-empty list of names, got {given!r}")
         bad = [v for v in given if v not in allowed[axis]]
@@ -169,16 +208,22 @@ def options_of(cell: Cell, declared: dict[str, Feature]) -> dict:
 
 
 def scenario_of(
-    cell: Cell, target: EngineSpec, declared: dict[str, Feature], reference: dict | None = None
+    cell: Cell,
+    target: EngineSpec,
+    declared: dict[str, Feature],
+    reference: dict | None = None,
+    variants: dict[str, ConfigVariant] | None = None,
 ) -> Scenario:
-    """The cell as a Scenario: the tiny seeded model of its arch, its workload, the target's own
-    options (from --engine) under the feature set's."""
+    """The cell as a Scenario: the tiny seeded model of its arch written as its config variant
+    says, its workload, the target's own options (from --engine) under the feature set's."""
     window = TINY_PRESETS[cell.arch].get("sliding_window")
     requests = WORKLOADS[cell.workload](window)
     for r in requests:
         r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
+    variant = (variants or {}).get(cell.config)
+    model = {"arch": cell.arch, "seed": 0, **MODEL_OVERRIDES.get(cell.arch, {}), **(variant.model if variant else {})}
     data = {
-        "model": {"arch": cell.arch, "seed": 0, **MODEL_OVERRIDES.get(cell.arch, {})},
+        "model": model,
         "target": {
             "engine": target.engine,
             "dtype": cell.dtype,
@@ -189,6 +234,34 @@ def scenario_of(
     if reference:
         data["reference"] = dict(reference)
     return from_dict(data)
+
+
+def with_configs(cells: list[Cell], configs: tuple[str, ...], fits) -> list[Cell]:
+    """Cells (config unset) -> the same cells each with the fitting config that adds the most
+    (config, other axis value) pairs not yet met, then copies of cells for the pairs still unmet:
+    every config variant meets every value of every other axis that some fitting cell holds."""
+    others = [a for a in AXES if a not in PAIRED_AXES]
+    met: set = set()
+    out: list[Cell] = []
+    for cell in cells:
+        fitting = [k for k in configs if fits(k, cell.arch)]
+        gain = [(len(_config_pairs(replace(cell, config=k), others) - met), -i) for i, k in enumerate(fitting)]
+        best = replace(cell, config=fitting[-max(gain)[1]])
+        met |= _config_pairs(best, others)
+        out.append(best)
+    for config in configs:
+        for axis in others:
+            for cell in cells:
+                pair = (config, axis, cell.axis(axis))
+                if pair not in met and fits(config, cell.arch):
+                    extra = replace(cell, config=config)
+                    met |= _config_pairs(extra, others)
+                    out.append(extra)
+    return out
+
+
+def _config_pairs(cell: Cell, others: list[str]) -> set:
+    return {(cell.config, a, cell.axis(a)) for a in others}
 
 
 def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:
@@ -227,5 +300,61 @@ def _greedy_cover(cells: list[Cell], arities: tuple[int, ...], seed: int) -> tup
 
 
 def _combos(cell: Cell, arity: int) -> set:
+    """The combinations of `arity` axes' values the cell holds; PAIRED_AXES only in pairs or alone."""
     pairs = [(a, cell.axis(a)) for a in AXES]
-    return set(itertools.combinations(pairs, arity))
+    combos = itertools.combinations(pairs, arity)
+    return {c for c in combos if arity <= 2 or not any(a in PAIRED_AXES for a, _ in c)}
+
+
+# --- cells nearest a reported scenario first -------------------------------------------------------
+
+_ROPE_KEYS = {"rope_scaling": "rope", "rope_parameters": "rope", "rope_theta": "rope"}
+
+
+def nearest_first(cells: list[Cell], report: Scenario, declared: dict[str, Feature], variants) -> list[Cell]:
+    """The cells (in their order) re-ordered so the ones sharing most with a reported scenario
+    come first: its arch, dtype, engine options (canonical names), the config keys its model
+    sets, its workload's shape. Only what the matrix knows about each cell is compared; ties keep
+    the covering order, so a budget cut still spreads over the rest."""
+    scored = [(-closeness(c, report, declared, variants), i, c) for i, c in enumerate(cells)]
+    return [c for _, _, c in sorted(scored)]
+
+
+def closeness(cell: Cell, report: Scenario, declared: dict[str, Feature], variants) -> int:
+    """How many traits a cell shares with a reported scenario (options already canonical), less
+    one for a feature set or a config variant the report shows nothing of (the plainer cell of two
+    otherwise alike is nearer)."""
+    score = int(cell.arch == report.model.get("arch")) + int(cell.dtype == report.target.dtype)
+    shared = sum(report.target.options.get(k) == v for k, v in options_of(cell, declared).items())
+    score += shared - int(cell.features != "none" and not shared)
+    score += int(cell.workload in workload_shapes(report))
+    variant = (variants or {}).get(cell.config)
+    config = config_closeness(variant.model, report.model) if variant else 0
+    return score + (config if config or not variant else -1)
+
+
+def workload_shapes(report: Scenario) -> set[str]:
+    """Which of the sweep's workload shapes a scenario's requests have."""
+    shapes = set()
+    if any(not r.greedy for r in report.requests):
+        shapes.add("sampled")
+    if any(r.prompt_ids is not None and len(r.prompt_ids) >= 64 for r in report.requests):
+        shapes.add("long")
+    if len(report.requests) > 1:
+        shapes.add("staggered")
+    return shapes
+
+
+def config_closeness(variant: dict, model: dict) -> int:
+    """Config keys a variant writes or leaves out that a reported [model] table also sets, plus 2
+    when both name the same rope scaling type."""
+    written = {k for k in variant if k not in FILE_KEYS} | set(variant.get("config_json", {}))
+    touched = {_ROPE_KEYS.get(k, k) for k in written | set(variant.get("omit_keys", ()))}
+    reported = {_ROPE_KEYS.get(k, k) for k in model if k not in ("arch", "seed", "path")}
+    same_rope = _rope_type({**variant, **variant.get("config_json", {})}) == _rope_type(model) != "default"
+    return len(touched & reported) + 2 * int(same_rope)
+
+
+def _rope_type(keys: dict) -> str:
+    rope = keys.get("rope_scaling") or keys.get("rope_parameters") or {}
+    return str(rope.get("rope_type", rope.get("type", "default")))
