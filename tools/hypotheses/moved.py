@@ -42,7 +42,7 @@ def inline_version(helper_src: str, caller_now: str, caller_old: str, helper: st
     return with_body(helper_src, fn, [*prologue, *code, f"return {target}"])
 
 
-def same_code(a: str, b: str) -> bool:
+def same_def(a: str, b: str) -> bool:
     """The two defs have the same body, docstrings and annotations aside: a faithful move."""
     fa, fb = function_node(a), function_node(b)
     if fa is None or fb is None:

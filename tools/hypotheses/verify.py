@@ -21,7 +21,7 @@ from tools.history.gitrepo import (
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
-from tools.hypotheses.moved import function_node, inline_version, same_code, with_body
+from tools.hypotheses.moved import function_node, inline_version, same_def, with_body
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
@@ -399,7 +399,7 @@ def verify_inlined(
 
     def moved_back(text: str) -> list[tuple[str, str]]:
         version = inline_version(text, now, old, c.function)
-        if version is not None and same_code(version, text):
+        if version is not None and same_def(version, text):
             faithful.append(version)
         return [("its caller's old inline code", version)] if version is not None and not faithful else []
 
@@ -437,7 +437,7 @@ def passthrough_version(source: str) -> str | None:
     if len(identities) != 1:
         return None
     version = with_body(source, fn, [f"return {identities.pop()}"])
-    return None if same_code(version, source) else version  # already nothing but that path
+    return None if same_def(version, source) else version  # already nothing but that path
 
 
 def _own_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
