@@ -14,7 +14,7 @@ import pytest
 
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
-from tools.hypotheses.moved import backward_slice, function_node, inline_version, same_code
+from tools.hypotheses.moved import backward_slice, function_node, inline_version, same_def
 from tools.hypotheses.verify import passthrough_version, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
@@ -171,7 +171,7 @@ def test_inline_version_rebuilds_a_helper_from_its_caller_s_old_code_only_where_
         'def _inv(a, e):\n    """Doc."""\n    eps, x = e, a\n    xf = x.float()\n    y = xf * 2\n'
         "    inv = (y + eps).rsqrt()\n    return inv\n"
     )
-    assert not same_code(rebuilt, helper) and same_code(rebuilt, rebuilt.replace('"""Doc."""', '"""Other."""'))
+    assert not same_def(rebuilt, helper) and same_def(rebuilt, rebuilt.replace('"""Doc."""', '"""Other."""'))
     # the helper is not handed `eps`, a local the old code read: no correspondence
     assert inline_version(helper, now.replace("_inv(x, eps)", "_inv(x, 1e-6)"), old, "_inv") is None
     # the result is not bound to a name, or the name was assigned twice before: none either
