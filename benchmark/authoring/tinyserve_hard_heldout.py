@@ -14,7 +14,8 @@ Issue prose lives in benchmark/authoring/issues/<id>.md.
 from __future__ import annotations
 
 from benchmark.authoring.common import repro_toml
-from benchmark.authoring.tinyserve_hard import HardCase, greedy, prompt, stream_case
+from benchmark.authoring.tinyserve_hard import HardCase, greedy, prompt
+from benchmark.authoring.tinyserve_hard_upstream import case, target
 from benchmark.authoring.tinyserve_stream import (
     BM,
     CONFIG,
@@ -43,28 +44,6 @@ OLU = "Olumide Bello <olumide.bello@gmail.com>"
 SANNA = "Sanna Virtanen <sanna.virtanen@posteo.de>"
 YUKI = "Yuki Mori <yuki.mori.dev@proton.me>"
 DIEGO = "Diego Herrera <dherrera@tinyserve.dev>"
-
-
-def case(
-    id: str,
-    number: int,
-    category: str,
-    modeled_on: list[str],
-    title: str,
-    repro: str,
-    truth: tuple[str, str, str, str],
-    placed: list[tuple[int, Commit]],
-    culprit: Commit,
-) -> HardCase:
-    """A hard case: `placed` commits (the culprit among them) go right after the given stream commit."""
-    inserts: dict[int, list[Commit]] = {}
-    for at, commit in placed:
-        inserts.setdefault(at, []).append(commit)
-    return stream_case(id, number, category, modeled_on, title, repro, truth, inserts, culprit)
-
-
-def target(dtype: str = "float32", **options) -> dict:
-    return {"engine": "tinyserve", "dtype": dtype} | ({"options": options} if options else {})
 
 
 # ============================================================================= 2034 kv-cache: prefix hit left in the free queue

@@ -92,12 +92,18 @@ def ensure_checkpoint(model: dict) -> Path:
             raise FileNotFoundError(f"model.path {path} has no config.json")
         return path
     out = cache_root() / "checkpoints" / f"{model['arch']}-{checkpoint_key(model)}"
+    return built_once(out, lambda tmp: write_checkpoint(model, tmp))
+
+
+def built_once(out: Path, write) -> Path:
+    """`out`, written by `write(tmp_dir)` into a sibling temp dir and renamed into place unless it is
+    already there: concurrent builders never see a half-written checkpoint."""
     if (out / "model.safetensors").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
     try:
-        write_checkpoint(model, tmp)
+        write(tmp)
         try:
             tmp.rename(out)
         except OSError:  # another process finished first; theirs is identical
@@ -113,19 +119,7 @@ def gguf_checkpoint(gguf: Path) -> Path:
     hash, so every engine loads the same weights the usual way."""
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:16]
     out = cache_root() / "checkpoints" / f"gguf-{gguf.stem}-{digest}"
-    if (out / "model.safetensors").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
-    try:
-        write_gguf_checkpoint(gguf, tmp)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process finished first; theirs is identical
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return built_once(out, lambda tmp: write_gguf_checkpoint(gguf, tmp))
 
 
 def write_gguf_checkpoint(gguf: Path, out: Path) -> None:
