@@ -372,29 +372,32 @@ def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
 def results_markdown(results: dict) -> str:
     """results.json -> the table: overall, per category, per subject, per track; then one row per case."""
     head = (
-        "| | cases | function pass@1 | pass@5 | component acc | commit acc | engine runs | tokens | wall s | errors |"
+        "| | cases | function pass@1 | pass@1 (ties worst) | pass@5 | component acc | commit acc | engine runs | tokens "
+        "| wall s | errors |"
     )
     lines = [
         f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`"
         + (f", ablated `{','.join(results['config']['ablate'])}`" if results["config"].get("ablate") else ""),
         "",
         head,
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
         _md_row("**overall**", results["overall"]),
     ]
     lines += [_md_row(name, agg) for name, agg in results["by_category"].items()]
-    lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 10]
+    lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 11]
     lines += [_md_row(name, agg) for name, agg in results["by_subject"].items()]
-    lines += ["", head.replace("| |", "| track |", 1), "|" + "---|" * 10]
+    lines += ["", head.replace("| |", "| track |", 1), "|" + "---|" * 11]
     lines += [_md_row(name, agg) for name, agg in results.get("by_track", {}).items()]
     lines += [
         "",
-        "| case | category | rank | pass@1 | pass@5 | component | commit | engine runs | tokens | wall s |",
-        "|" + "---|" * 10,
+        "| case | category | rank | rank (ties worst) | pass@1 | pass@5 | component | commit | engine runs | tokens "
+        "| wall s |",
+        "|" + "---|" * 11,
     ]
     for c in results["cases"]:
         lines.append(
-            f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c['pass_at_1']:.2f} | "
+            f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c.get('rank_worst') or '-'} | "
+            f"{c['pass_at_1']:.2f} | "
             f"{c['pass_at_5']:.2f} | {c['component']:.2f} | {_fmt(c['commit'])} | {c['engine_runs']:.1f} | "
             f"{c['tokens']:.0f} | {c['wall_s']:.1f} |" + (" error" if c["errors"] else "")
         )
@@ -403,7 +406,8 @@ def results_markdown(results: dict) -> str:
 
 def _md_row(name: str, agg: dict) -> str:
     return (
-        f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
+        f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg.get('pass_at_1_ties', float('nan')):.2f} | "
+        f"{agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
         f"{_fmt(agg['commit_acc'])} | {agg['engine_runs']:.1f} | {agg['tokens']:.0f} | {agg['wall_s']:.1f} | "
         f"{agg['errors']} |"
     )
@@ -521,7 +525,8 @@ def _main(argv: list[str] | None) -> int:
         raise BadInput(str(e)) from None
     o = results["overall"]
     print(
-        f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f}, pass@5 {o['pass_at_5']:.2f}, "
+        f"{o['cases']} cases: pass@1 {o['pass_at_1']:.2f} ({o['pass_at_1_ties']:.2f} with ties at their worst rank), "
+        f"pass@5 {o['pass_at_5']:.2f}, "
         f"component {o['component_acc']:.2f}, commit {_fmt(o['commit_acc'])}; see {args.out / 'results.md'}"
     )
     return 0

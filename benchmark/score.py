@@ -5,6 +5,10 @@ Definitions (one place, so every table means the same thing):
 - A hypothesis *matches* when its `file` and `function` equal the truth's. Paths forgive
   only a leading `./` or `/`; function names are compared exactly.
 - Hypotheses count in list order (the report lists them best first); only the first 5 count.
+- Ties: hypotheses with the same `verified` flag and the same `confidence` (to 1e-6) form a tie
+  whose order is the list's, not the evidence's. `rank_worst` places the match last in its tie
+  (None when that falls past 5), and pass@1 (ties worst) counts a rank 1 only when the match
+  is alone at the top. Both are reported next to the plain figures, so a win on list order shows.
 - pass@1 / pass@5 of one run: the first 1 / 5 hypotheses contain a match.
   With n samples (runs) of a case, c of them passing, the case scores the unbiased
   estimator 1 - C(n-c,k)/C(n,k) with k = 1 (= c/n), so one run and many runs read alike.
@@ -42,10 +46,12 @@ class CaseScore:
     subject: str
     samples: int
     rank: int | None  # rank of the first match in sample 0 (None: no match in the top 5)
+    rank_worst: int | None  # the same match placed last among the hypotheses it ties with
     top1_hits: int  # samples whose rank-1 hypothesis matches
     top5_hits: int  # samples whose top 5 contain a match
     pass_at_1: float
     pass_at_5: float
+    pass_at_1_ties: float  # share of samples whose match is alone at rank 1 (no tie on confidence)
     runs_pass_at: dict[int, float]  # k -> estimator over runs, for k <= samples
     component: float  # share of samples with a component hit
     commit: float | None  # share of samples naming the truth commit
@@ -64,6 +70,7 @@ class Aggregate:
     cases: int
     pass_at_1: float
     pass_at_5: float
+    pass_at_1_ties: float
     component_acc: float
     commit_acc: float | None  # over cases whose truth names a commit
     engine_runs: float  # means per case
@@ -103,6 +110,27 @@ def first_match_rank(report: Report, truth: Truth) -> int | None:
         if hypothesis_matches(h, truth):
             return rank
     return None
+
+
+def _tie_key(hypothesis: Mapping[str, Any]) -> tuple[bool, float] | None:
+    """(verified, confidence to 1e-6), or None when the hypothesis has no numeric confidence (never tied)."""
+    confidence = hypothesis.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
+        return None
+    return bool(hypothesis.get("verified")), round(float(confidence), 6)
+
+
+def worst_match_rank(report: Report, truth: Truth) -> int | None:
+    """The first match's rank if it were placed last among the hypotheses that tie with it; None past 5."""
+    hyps = [h for h in (report.get("hypotheses") or []) if isinstance(h, Mapping)]
+    rank = first_match_rank(report, truth)
+    if rank is None:
+        return None
+    key = _tie_key(hyps[rank - 1])
+    worst = rank
+    while key is not None and worst < len(hyps) and _tie_key(hyps[worst]) == key:
+        worst += 1
+    return worst if worst <= TOP_K else None
 
 
 def component_hit(report: Report, truth: Truth) -> bool:
@@ -157,6 +185,7 @@ def score_case(
         raise ValueError(f"case {case}: no reports to score")
     n = len(reports)
     ranks = [first_match_rank(r, truth) for r in reports]
+    worst = [worst_match_rank(r, truth) for r in reports]
     top1 = sum(r == 1 for r in ranks)
     top5 = sum(r is not None for r in ranks)
     commit_hits = [commit_hit(r, truth, commits) for r in reports]
@@ -167,10 +196,12 @@ def score_case(
         subject=subject,
         samples=n,
         rank=ranks[0],
+        rank_worst=worst[0],
         top1_hits=top1,
         top5_hits=top5,
         pass_at_1=unbiased_pass_at_k(n, top1, 1),
         pass_at_5=unbiased_pass_at_k(n, top5, 1),
+        pass_at_1_ties=_mean([r == 1 for r in worst]),
         runs_pass_at={k: unbiased_pass_at_k(n, top1, k) for k in RUNS_K if k <= n},
         component=_mean([component_hit(r, truth) for r in reports]),
         commit=None if commit_hits[0] is None else _mean(commit_hits),
@@ -190,6 +221,7 @@ def aggregate(scores: Sequence[CaseScore]) -> Aggregate:
         cases=len(scores),
         pass_at_1=_mean([s.pass_at_1 for s in scores]),
         pass_at_5=_mean([s.pass_at_5 for s in scores]),
+        pass_at_1_ties=_mean([s.pass_at_1_ties for s in scores]),
         component_acc=_mean([s.component for s in scores]),
         commit_acc=_mean(commits) if commits else None,
         engine_runs=_mean([s.engine_runs for s in scores]),

@@ -13,6 +13,7 @@ from benchmark.score import (
     score_case,
     summarize,
     unbiased_pass_at_k,
+    worst_match_rank,
 )
 
 TRUTH = Truth(
@@ -104,6 +105,26 @@ def test_score_case_with_samples():
     assert s.runs_pass_at == {1: pytest.approx(1 / 3)}
     assert s.component == pytest.approx(1 / 3) and s.commit == 0.0
     assert (s.engine_runs, s.tokens, s.wall_s) == (pytest.approx(10 / 3), pytest.approx(40.0), pytest.approx(8 / 3))
+
+
+def test_a_tie_on_confidence_counts_at_its_worst_rank():
+    right = hyp("tinyserve/kv_cache.py", "BlockManager.allocate", confidence=0.8, verified=True)
+    tied = hyp(confidence=0.8, verified=True)
+    unverified_same_score = hyp("tinyserve/a.py", "f", confidence=0.8, verified=False)
+    lower = hyp("tinyserve/b.py", "g", confidence=0.5, verified=True)
+    assert worst_match_rank(report(right, tied, lower), TRUTH) == 2
+    assert worst_match_rank(report(right, unverified_same_score, lower), TRUTH) == 1  # verified breaks the tie
+    assert worst_match_rank(report(tied, right, lower), TRUTH) == 2
+    # a tie running past the top 5 is a miss at its worst
+    assert (
+        worst_match_rank(report(right, *[hyp("x.py", f"f{i}", confidence=0.8, verified=True) for i in range(5)]), TRUTH)
+        is None
+    )
+    # no numeric confidence: nothing ties
+    assert worst_match_rank(report(hyp("tinyserve/kv_cache.py", "BlockManager.allocate"), hyp()), TRUTH) == 1
+    s = score_case("c", "kv-cache", "tinyserve", [report(right, tied), report(right, lower)], TRUTH)
+    assert (s.rank, s.rank_worst, s.pass_at_1, s.pass_at_1_ties) == (1, 2, 1.0, 0.5)
+    assert aggregate([s]).pass_at_1_ties == 0.5
 
 
 def test_runs_pass_at_5_with_enough_samples():
