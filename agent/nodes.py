@@ -79,6 +79,8 @@ class Stages(Protocol):
 class ToolStages:
     """The stages in tools/, imported when first used."""
 
+    runs_engines = True  # they start engine processes: diagnose() starts zygotes and warms caches ahead
+
     def variant_names(self, scenario, target_source=None):
         from tools.reproduce import variant_names
 

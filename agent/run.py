@@ -86,14 +86,15 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
     """Run the graph on `inputs`; write the report files to `out_dir`; return report.json's dict."""
     from tools.engines.runner import prestart
 
-    if stages is None:  # the real stages run engines: their zygotes start while the graph is imported
+    real = stages is None or getattr(stages, "runs_engines", False)  # ablated ToolStages too; test doubles not
+    if real:  # the real stages run engines: their zygotes start while the graph is imported
         prestart([inputs.target_source, None])  # the target's tree, the installed reference
     from agent.graph import build_graph
     from tools.report import warm_plotting, write_report
 
     session = make_session(inputs, cfg, stages)
     graph = build_graph(session)
-    if stages is None:  # work for later, done while the orchestrator mostly waits on engine processes
+    if real:  # work for later, done while the orchestrator mostly waits on engine processes
         if inputs.repo is not None and Path(inputs.repo).is_dir():
             from tools.source.index import prefetch_index
 
