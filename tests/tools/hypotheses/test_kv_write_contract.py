@@ -134,3 +134,73 @@ def test_the_taps_copy_a_written_argument_at_the_return_and_leave_the_rest(tmp_p
             fn(key, key, cache, other, torch.tensor([3]))  # the same rows again
     # the version counter says the cache was written, though to equal values; the compared one was not changed
     assert "key_cache" in calls[0].writes and "value_cache" not in calls[0].writes
+
+
+# ---------------------------------------------------------------- a culprit commit that breaks the writer
+
+ATTENTION_OPS = "tinyserve/ops/attention.py"
+WRITE = "    key_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, key)\n"
+FAULTS = {
+    "heads-transposed": (WRITE, WRITE.replace("key)", "key.flip(1))")),
+    "slot-offset": (
+        WRITE + WRITE.replace("key", "value"),
+        (WRITE + WRITE.replace("key", "value")).replace("slot_mapping,", "slot_mapping + 1,"),
+    ),
+}
+# The same commit also edits a reader (its docstring), so the culprit touches several functions and the
+# divergence shows where the cache is read.
+READER_DOC = '    """Tokens [start, end) of one sequence from the paged cache -> [end - start, KVH, D]."""\n'
+
+
+def scenario():
+    from tools.scenario import from_dict
+
+    reqs = [
+        {"prompt_ids": [(5 * i + 7) % 400 + 3 for i in range(20)], "max_tokens": 4, "sampling": {"ignore_eos": True}}
+    ]
+    return from_dict(
+        {
+            "model": {"arch": "llama", "seed": 3},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {"requests": reqs},
+        }
+    )
+
+
+def commit_fault(repo: Path, fault: str) -> str:
+    path = repo / ATTENTION_OPS
+    old, new = FAULTS[fault]
+    text = path.read_text()
+    assert text.count(old) == 1 and text.count(READER_DOC) == 1
+    path.write_text(text.replace(old, new).replace(READER_DOC, READER_DOC.replace("Tokens", "The tokens")))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", "attention: tidy the cache scatter"], cwd=repo, check=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def ranked_with_culprit(repo: Path, sha: str):
+    from tools.hypotheses.evidence import Culprit, DrillDown, Reproduction
+    from tools.hypotheses.gather import gather
+    from tools.probe.prober import Prober
+    from tools.probe.taps import component
+
+    prober, sc = Prober(), scenario()
+    probe = prober.probe(sc, repo)
+    assert probe.diverged and probe.first is not None
+    first = probe.first.tap
+    drill = DrillDown(first, None, component(first))
+    culprit = Culprit(sha, "attention: tidy the cache scatter", "", "")
+    found = gather(repo, None, Reproduction(True, sc, probe), drill, culprit, prober)
+    return sorted(found, key=lambda h: -h.score)
+
+
+@pytest.mark.parametrize("fault", ["heads-transposed", pytest.param("slot-offset", marks=pytest.mark.slow)])
+def test_a_culprit_that_breaks_the_cache_writer_ranks_the_writer_first(tmp_path, fault):
+    repo = faulty_tree(tmp_path / "tree", [])
+    sha = commit_fault(repo, fault)
+    ranked = ranked_with_culprit(repo, sha)
+    top = ranked[0]
+    assert (top.file, top.function) == (ATTENTION_OPS, "write_to_kv_cache")
+    assert any(e.startswith("contract: write_to_kv_cache violates kv-cache-write") for e in top.evidence)
+    reader = next(h for h in ranked if h.function == "gather_kv")
+    assert not any(e.startswith("contract: ") for e in reader.evidence)  # the reader is not blamed by a contract
