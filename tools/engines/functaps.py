@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, FrameType
+from typing import Any
 
 from tools.engines.funccov import qualname
 
@@ -66,7 +67,7 @@ def snapshot_param(name: str, value: object) -> object:
     return snapshot(value)
 
 
-def version(t) -> int | None:
+def version(t: Any) -> int | None:
     """A tensor's in-place write counter; None for an inference-mode tensor, which keeps none."""
     try:
         return t._version
@@ -74,14 +75,14 @@ def version(t) -> int | None:
         return None
 
 
-def watched(inputs: dict, local: dict) -> list[tuple[str, object, int | None]]:
+def watched(inputs: dict, local: dict) -> list[tuple[str, Any, int | None]]:
     """(name, live tensor, its write counter) for each tensor argument: what `written` looks at."""
     import torch
 
     return [(p, local[p], version(local[p])) for p in inputs if isinstance(local.get(p), torch.Tensor)]
 
 
-def written(call: FunctionCall, watch: list[tuple[str, object, int | None]]) -> dict:
+def written(call: FunctionCall, watch: list[tuple[str, Any, int | None]]) -> dict:
     """The tensor arguments the call wrote in place -> their copies now (at its return)."""
     import torch
 
