@@ -160,7 +160,7 @@ def scenario():
     ]
     return from_dict(
         {
-            "model": {"arch": "llama", "seed": 3},
+            "model": {"arch": "llama", "seed": 0},
             "target": {"engine": "tinyserve", "dtype": "float32"},
             "workload": {"requests": reqs},
         }
@@ -194,7 +194,20 @@ def ranked_with_culprit(repo: Path, sha: str):
     return sorted(found, key=lambda h: -h.score)
 
 
-@pytest.mark.parametrize("fault", ["heads-transposed", pytest.param("slot-offset", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fault", ["heads-transposed", "slot-offset"])
+def test_the_writer_of_a_real_tree_with_a_write_fault_breaks_the_contract_and_no_reader_does(tmp_path, fault):
+    from tools.probe.prober import Prober
+
+    repo = faulty_tree(tmp_path / "tree", [])
+    commit_fault(repo, fault)
+    found = Prober().run_target(scenario(), repo, taps=[], function_checks=True).meta["function_checks"]
+    broken = {v["function"].split(":")[1]: v for v in found if v["violations"]}
+    assert set(broken) == {"write_to_kv_cache"}, broken
+    assert broken["write_to_kv_cache"]["violations"] == broken["write_to_kv_cache"]["calls"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["heads-transposed", "slot-offset"])
 def test_a_culprit_that_breaks_the_cache_writer_ranks_the_writer_first(tmp_path, fault):
     repo = faulty_tree(tmp_path / "tree", [])
     sha = commit_fault(repo, fault)
