@@ -4,8 +4,11 @@ in the worker while the engine runs (issue 13 item 2), so each can be judged on 
 A `sys.setprofile` hook sees every Python call and return; functions under `root` that `wanted`
 accepts (by qualname and parameter names) have their arguments copied at the call (a fused kernel
 may overwrite them in place) and their return value copied at the return. Tensors are cloned,
-plain data kept, a `config` kept as its dict, other objects (modules, engine state) dropped. At most `max_calls` calls are kept
-per function; each call also names the nearest recorded function it ran inside (`parent`), so a
+plain data kept, a `config` kept as its dict, other objects (modules, engine state) dropped. A tensor
+argument the function writes in place (a cache it scatters into) is copied again at the return, so a
+contract can see what it wrote: its version counter tells whether it was written, and only then is it
+copied (an inference-mode tensor has no counter: it is compared with its copy from the call instead).
+At most `max_calls` calls are kept per function; each call also names the nearest recorded function it ran inside (`parent`), so a
 caller that is wrong only because its callee is can be told apart.
 """
 
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, FrameType
+from typing import Any
 
 from tools.engines.funccov import qualname
 
@@ -33,6 +37,7 @@ class FunctionCall:
     parent: str | None = None  # the nearest recorded function this call ran inside
     order: int = 0  # position among all recorded calls (execution order)
     callees: set = field(default_factory=set)  # wanted functions it called (recorded or over their limit)
+    writes: dict = field(default_factory=dict)  # tensor parameter it wrote in place -> its copy at the return
 
 
 def snapshot(value: object, depth: int = 0) -> object:
@@ -62,6 +67,33 @@ def snapshot_param(name: str, value: object) -> object:
     return snapshot(value)
 
 
+def version(t: Any) -> int | None:
+    """A tensor's in-place write counter; None for an inference-mode tensor, which keeps none."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
+def watched(inputs: dict, local: dict) -> list[tuple[str, Any, int | None]]:
+    """(name, live tensor, its write counter) for each tensor argument: what `written` looks at."""
+    import torch
+
+    return [(p, local[p], version(local[p])) for p in inputs if isinstance(local.get(p), torch.Tensor)]
+
+
+def written(call: FunctionCall, watch: list[tuple[str, Any, int | None]]) -> dict:
+    """The tensor arguments the call wrote in place -> their copies now (at its return)."""
+    import torch
+
+    out = {}
+    for name, t, before in watch:
+        changed = version(t) != before if before is not None else not torch.equal(t, call.inputs[name])
+        if changed:
+            out[name] = t.detach().clone()
+    return out
+
+
 def parameters(code: CodeType) -> tuple[str, ...]:
     n = code.co_argcount + code.co_kwonlyargcount
     return tuple(p for p in code.co_varnames[:n] if p not in ("self", "cls"))
@@ -79,7 +111,7 @@ def function_taps(
     prefix = str(Path(root).resolve()) + os.sep
     chosen: dict[CodeType, str | None] = {}  # code -> "relpath:qualname" if recorded, else None
     counts: dict[str, int] = {}
-    open_calls: dict[int, FunctionCall] = {}  # id(frame) -> its call, innermost last
+    open_calls: dict[int, tuple[FunctionCall, list]] = {}  # id(frame) -> its call and watched tensors
     stack: list[FunctionCall] = []
 
     def pick(code: CodeType) -> str | None:
@@ -108,11 +140,12 @@ def function_taps(
                 order=len(calls),
             )
             calls.append(call)
-            open_calls[id(frame)] = call
+            open_calls[id(frame)] = (call, watched(call.inputs, local))
             stack.append(call)
         elif event == "return" and id(frame) in open_calls:
-            call = open_calls.pop(id(frame))
+            call, watch = open_calls.pop(id(frame))
             call.output = snapshot(arg)
+            call.writes = written(call, watch)
             stack.remove(call)
 
     sys.setprofile(profile)

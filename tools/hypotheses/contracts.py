@@ -40,6 +40,7 @@ class Contract:
         Callable[[dict, object, dict], float | None] | None
     )  # (inputs, output, context) -> violation size; None: bound per function name in contract_check
     tolerance: Callable[[object], float]  # output -> the size a correct implementation stays under
+    judges_writes: bool = False  # its output is what it wrote in place (FunctionCall.writes), not its result
 
 
 # ---------------------------------------------------------------- shared numerics
@@ -418,6 +419,110 @@ def is_paged_attention(_name: str, params: tuple[str, ...]) -> bool:
     )
 
 
+# ---------------------------------------------------------------- writing the paged KV cache
+#
+# A cache writer scatters this step's keys and values [T, KVH, D] (or [T, KVH*D]) into the key/value
+# cache at the slots its slot mapping names (slot = block * block_size + offset; a negative slot is
+# padding and is skipped). Its result is what it wrote: the cache arguments after the call
+# (tools/engines/functaps.py copies a tensor argument written in place at the return). Read back at
+# those slots, in a layout the cache's own shape allows, the cache must hold exactly the rows passed in,
+# head by head, and every other entry must be as it was. The layouts: [slots, KVH, D], token-major
+# blocks [NB, block_size, KVH, D] (vLLM's) and head-major blocks [NB, KVH, block_size, D]; where the
+# shape allows both (block_size == KVH) a write that reads back right in either keeps the contract.
+
+KEY_NAMES, VALUE_NAMES = ("key", "k", "keys"), ("value", "v", "values")
+KEY_CACHE_WORDS, VALUE_CACHE_WORDS = ("key_cache", "k_cache"), ("value_cache", "v_cache")
+SLOT_WORDS = ("slot",)
+
+
+def named(inputs: dict, names: tuple[str, ...]):
+    """The input whose parameter name is exactly one of `names` (None if none is)."""
+    return next((v for k, v in inputs.items() if k.lower() in names), None)
+
+
+def cache_layouts(cache: torch.Tensor, kvh: int) -> list[str]:
+    # cache [S, KVH, D] | [NB, BS, KVH, D] | [NB, KVH, BS, D] -> the layouts its shape allows
+    if cache.dim() == 3:
+        return ["slots"] if cache.shape[1] == kvh else []
+    if cache.dim() != 4:
+        return []
+    return [name for name, axis in (("token-major", 2), ("head-major", 1)) if cache.shape[axis] == kvh]
+
+
+def slot_index(cache: torch.Tensor, layout: str, slots: torch.Tensor) -> tuple:
+    # [N] slots -> an index that reads [N, KVH, D] rows of `cache` in `layout`
+    if layout == "slots":
+        return (slots,)
+    bs = cache.shape[1] if layout == "token-major" else cache.shape[2]
+    blocks, offsets = slots // bs, slots % bs
+    if layout == "token-major":
+        return (blocks, offsets)
+    heads = torch.arange(cache.shape[1])
+    return (blocks[:, None], heads[None, :], offsets[:, None])  # -> [N, KVH, D]
+
+
+def write_error(before: torch.Tensor, after: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, layout: str):
+    """max(relative error of the rows read back at `slots`, size of any change elsewhere relative to the
+    rows). before/after [cache], rows [N, KVH, D], slots [N] -> float"""
+    where = slot_index(after, layout, slots)
+    want = rows.to(after.dtype).double()
+    err = rel_err(after[where], want)
+    elsewhere = torch.ones_like(after, dtype=torch.bool)
+    elsewhere[where] = False
+    same = (after == before) | (after.isnan() & before.isnan())
+    stray = elsewhere & ~same
+    if stray.any():
+        diff = (after.double() - before.double()).nan_to_num(1e30, 1e30, -1e30)[stray]
+        err = max(err, float(diff.norm() / want.norm().clamp_min(1e-30)))
+    return err
+
+
+def check_kv_write(inputs: dict, writes, _ctx: dict) -> float | None:
+    """The larger of the key and the value cache's write errors, in the best layout the shape allows."""
+    slots = param(inputs, *SLOT_WORDS)
+    if not isinstance(slots, torch.Tensor) or slots.dim() != 1 or not isinstance(writes, dict):
+        return None
+    errs = []
+    for names, words in ((KEY_NAMES, KEY_CACHE_WORDS), (VALUE_NAMES, VALUE_CACHE_WORDS)):
+        rows, cache_name = named(inputs, names), next((k for k in inputs if any(w in k.lower() for w in words)), None)
+        before = inputs.get(cache_name) if cache_name else None
+        if not isinstance(rows, torch.Tensor) or not isinstance(before, torch.Tensor):
+            return None
+        if not before.is_floating_point() or before.element_size() < 2 or rows.shape[0] != slots.numel():
+            return None  # a quantized cache stores scaled codes, not the rows
+        after, d = writes.get(cache_name, before), before.shape[-1]
+        if after.shape != before.shape or rows.numel() % (rows.shape[0] * d):
+            return None
+        real = slots >= 0
+        rows, used = rows.reshape(rows.shape[0], -1, d)[real], slots[real].long()
+        if used.unique().numel() != used.numel():
+            return None  # two rows for one slot: which one wins is not the writer's to promise
+        errs.append(
+            min(
+                (write_error(before, after, rows, used, lay) for lay in cache_layouts(before, rows.shape[1])),
+                default=None,
+            )
+        )
+    return None if None in errs else max(e for e in errs if e is not None)
+
+
+def is_kv_write(_name: str, params: tuple[str, ...]) -> bool:
+    lowered = {p.lower() for p in params}
+    return (
+        bool(lowered & set(KEY_NAMES))
+        and bool(lowered & set(VALUE_NAMES))
+        and has(params, *KEY_CACHE_WORDS)
+        and has(params, *VALUE_CACHE_WORDS)
+        and has(params, *SLOT_WORDS)
+    )
+
+
+def written_tolerance(writes) -> float:
+    """A copy into the cache rounds to the cache's dtype at most once."""
+    t = next((w for w in writes.values() if isinstance(w, torch.Tensor)), None) if isinstance(writes, dict) else None
+    return TOLERANCE.get(t.dtype, 1e-5) if t is not None else 1e-5
+
+
 # ---------------------------------------------------------------- rotary embedding
 
 
@@ -681,6 +786,15 @@ CONTRACTS: list[Contract] = [
         fixed(THRESHOLD),
     ),
     Contract(
+        "kv-cache-write",
+        "attention",
+        "the cache read back at the call's slots holds exactly its key/value rows, per head; nothing else changes",
+        is_kv_write,
+        check_kv_write,
+        written_tolerance,
+        judges_writes=True,
+    ),
+    Contract(
         "rope-base-frequencies", "rotary", "theta ** (-2i / dim)", is_base_inv_freq, check_base_inv_freq, fixed(2e-5)
     ),
     Contract(
@@ -770,13 +884,14 @@ def judge(calls, context: dict) -> list[dict]:
         contract = contract_for(call.function.rsplit(":", 1)[-1], call.params)
         if contract is None:
             continue
+        output = getattr(call, "writes", {}) if contract.judges_writes else call.output
         try:
-            size = contract_check(contract, call.function)(call.inputs, call.output, context)
+            size = contract_check(contract, call.function)(call.inputs, output, context)
         except (RuntimeError, ValueError, TypeError, IndexError):  # shapes that do not fit the role
             size = None
         if size is None or math.isnan(size):
             continue
-        tol = contract.tolerance(call.output)
+        tol = contract.tolerance(output)
         v = verdicts.setdefault(call.function, new_verdict(call, contract, tol))
         v["calls"] += 1
         v["callees"] = sorted(set(v["callees"]) | set(getattr(call, "callees", ())))

@@ -9,10 +9,12 @@ Evidence, strongest first:
   * its name or file belongs to the component of the first divergent tap, or to the
     feature the trigger switched on (prefix caching, chunked prefill, penalties, …);
   * it changed recently (a non-root commit touched it), when no culprit is known;
-  * without a culprit: it breaks its own contract (tools.hypotheses.contracts) on the inputs it was
-    given in the failing run, recorded in the target by function taps; a function that keeps its
-    contract is pushed down a little, and one that breaks it only because a callee does is not
-    the candidate.
+  * it breaks its own contract (tools.hypotheses.contracts) on the inputs it was given in the
+    failing run, recorded in the target by function taps. Without a culprit every function is judged;
+    a function that keeps its contract is pushed down a little, and one that breaks it only because
+    a callee does is not the candidate. With a culprit only the functions it changed are, and only
+    when one of them plays a role that has a contract: a commit can leave a function wrong whose
+    divergence shows only where others read what it produced (a cache writer and its readers).
 A function that never ran in the failing run is pushed down: it cannot have caused it.
 """
 
@@ -27,9 +29,11 @@ from tools.history.gitrepo import (
     commit_diff,
     open_repo,
 )
+from tools.hypotheses.contracts import contract_for
 from tools.hypotheses.coverage import RAN, UNRECORDED, Coverage
 from tools.hypotheses.coverage import ran as ran_status
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
+from tools.hypotheses.moved import function_node
 from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
 from tools.source.index import Symbol, commit_changes, open_index
@@ -97,7 +101,8 @@ def gather(
     cands: dict[tuple[str, str], Candidate] = {}
     index = index or open_index(repo, include_tests=False)
     failing, passing = coverage_sets(repro, prober, repo) if prober else (None, set())
-    for sym, commit, modified in culprit_functions(repo, index, culprit):
+    touched = culprit_functions(repo, index, culprit)
+    for sym, commit, modified in touched:
         _get(cands, sym).add("culprit", f"changed by culprit commit {commit[:10]}", None)
         if modified:
             _get(cands, sym).add("modified", "existed before the culprit commit and was edited by it")
@@ -107,6 +112,10 @@ def gather(
         if prober is not None:
             _add_contract_evidence(cands, index, repro, drill, prober, repo, failing)
         _add_recent_changes(cands, repo, index, failing)
+    elif prober is not None:
+        changed = {(sym.file, sym.qualname) for sym, _, _ in touched}
+        if any(has_contract_role(repo, sym) for sym, _, _ in touched):
+            _add_contract_evidence(cands, index, repro, drill, prober, repo, failing, among=changed)
     return [to_hypothesis(c, drill, repro) for c in cands.values() if c.score > 0]
 
 
@@ -230,13 +239,42 @@ def function_verdicts(repro: Reproduction, prober: Prober, repo: Path) -> list[d
         return []
 
 
+def has_contract_role(repo: Path, sym: Symbol) -> bool:
+    """A Python function whose name and parameters match a contract (read from its source), so the
+    function taps would judge it."""
+    if sym.language != "python":
+        return False
+    try:
+        lines = (repo / sym.file).read_text().splitlines()[sym.start_line - 1 : sym.end_line]
+    except (OSError, UnicodeDecodeError):
+        return False
+    fn = function_node("\n".join(lines))
+    if fn is None:
+        return False
+    args = fn.args
+    params = tuple(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls"))
+    return contract_for(fn.name, params) is not None
+
+
 def _add_contract_evidence(
-    cands, index, repro: Reproduction, drill: DrillDown, prober: Prober, repo: Path, failing: Coverage | None = None
+    cands,
+    index,
+    repro: Reproduction,
+    drill: DrillDown,
+    prober: Prober,
+    repo: Path,
+    failing: Coverage | None = None,
+    among: set[tuple[str, str]] | None = None,
 ) -> None:
-    """No history to point at: the function that computes the wrong thing from its own inputs is the
-    candidate; the earliest such one in the divergent component first, its callers behind it."""
+    """The function that computes the wrong thing from its own inputs is the candidate; the earliest
+    such one in the divergent component first, its callers behind it. With `among` (the functions a
+    culprit changed) only those are judged, and one that keeps its contract is left as it is: a
+    contract sees one role, and a commit may break a function in ways no contract covers."""
     verdicts = function_verdicts(repro, prober, repo)
-    _add_setting_evidence(cands, index, verdicts, drill, failing)
+    if among is not None:
+        verdicts = [v for v in verdicts if tuple(v["function"].split(":", 1)) in among]
+    else:
+        _add_setting_evidence(cands, index, verdicts, drill, failing)
     broken = [v for v in verdicts if v["violations"]]
     broken_names = {v["function"] for v in broken}
     rank = 0
@@ -251,7 +289,7 @@ def _add_contract_evidence(
             continue
         _get(cands, sym).add("contract", line, WEIGHTS["contract"] - 2.0 * min(rank, 2))
         rank += 1
-    for v in verdicts:
+    for v in verdicts if among is None else []:
         sym = _symbol(index, v["function"])
         if not v["violations"] and sym is not None and (sym.file, sym.qualname) in cands:
             cands[(sym.file, sym.qualname)].add(
