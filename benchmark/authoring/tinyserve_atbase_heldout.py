@@ -66,7 +66,11 @@ CASES = [
         id="ts-base-int4-scale-sixteen",
         issue_number=2303,
         category="quantization",
-        modeled_on=["IntelLabs/distiller#463", "microsoft/onnxruntime#29509", "mrusci/training-mixed-precision-quantized-networks#1"],
+        modeled_on=[
+            "IntelLabs/distiller#463",
+            "microsoft/onnxruntime#29509",
+            "mrusci/training-mixed-precision-quantized-networks#1",
+        ],
         title="int4 output has never matched the dequantized-checkpoint reference, even in float32",
         bug_message="quantization: weight-only int8 / int4 at load time",
         bug=[
