@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from benchmark.authoring.tinyserve_hard_heldout import CASES as HELDOUT_CASES
+from benchmark.authoring.tinyserve_hard_heldout3 import CASES as HELDOUT3_CASES
 from benchmark.authoring.tinyserve_hard_upstream import CASES as UPSTREAM_CASES
 from benchmark.authoring.tinyserve_stream import stream
 from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import BUNDLED_CASES_DIR, load_case, load_truth
 
-# both held-out sets (2026-2033 and 2034-2043) share these checks
-CASES = UPSTREAM_CASES + HELDOUT_CASES
+# the upstream set (2026-2033) and both held-out sets (2034-2043, 2201-2212) share these checks
+CASES = UPSTREAM_CASES + HELDOUT_CASES + HELDOUT3_CASES
 IDS = [spec.id for spec in CASES]
 
 
