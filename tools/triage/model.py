@@ -109,7 +109,8 @@ def features(title: str, body: str, w: dict) -> tuple[dict[int, float], list[flo
     offset = n_word + len(w["char"]["idf"])
     x.update({offset + k: v for k, v in enumerate(rules) if v})
     if "evidence_scale" in w:  # weights fitted before the shape block have no columns for it
-        shape = evidence_vector(title, body, w["evidence_scale"])
+        width = len(w["coef"][0]) - offset - len(rules)  # weights fitted before a shape feature was added lack it
+        shape = evidence_vector(title, body, w["evidence_scale"])[:width]
         x.update({offset + len(rules) + k: v for k, v in enumerate(shape) if v})
     return x, rules, c
 
