@@ -50,7 +50,9 @@ _BAD = (
     r"(wrong|incorrect|weird|strange|abnormal|unexpected\w*|odd|broken|bad|low|lower|worse|poor\w*|garbled|corrupt\w*"
     r"|nonsense|gibberish|random|different|inconsistent|mismatch\w*|not (right|correct|as expected)|差|错误?|异常|不对|不一致)"
 )
-_BAD_RESULT = _rx(rf"{_RESULT}\W+(\w+\W+){{0,7}}?{_BAD}\b|\b{_BAD}\W+(\w+\W+){{0,3}}?{_RESULT}|{_RESULT}.{{0,12}}{_BAD}")
+_BAD_RESULT = _rx(
+    rf"{_RESULT}\W+(\w+\W+){{0,7}}?{_BAD}\b|\b{_BAD}\W+(\w+\W+){{0,3}}?{_RESULT}|{_RESULT}.{{0,12}}{_BAD}"
+)
 # Text encoding: multi-byte characters, emoji, replacement characters, mojibake.
 _ENCODING = _rx(
     r"unicode|utf-?8|\bemojis?\b|multi-?byte|\bencod(ing|ed)\b|\bdecod(ing|ed)\b (of )?(characters?|bytes|text)"
@@ -66,14 +68,10 @@ _NO_EFFECT = _rx(
     r"|not (take|taking|in) effect|(is|are|seems?|gets?) ignored|not (respected|honou?red|applied|used)|same (output|result)s?"
     r"|unexpected|没有?生效|不生效|无效|不起作用"
 )
-# A quality benchmark or metric named (not a speed measure).
-_METRIC = _rx(
-    r"\b(mmlu|gsm8k|human ?eval|mme|mmmu|mmbench|c-?eval|cmmlu|hellaswag|truthfulqa|arc-[ce]|winogrande|math-?500|aime"
-    r"|gpqa|bleu|rouge|wer|pass@\d|exact match|perplexity|ppl|lm[-_]eval\w*|opencompass|accuracy|eval(uation)? (score|result)s?)\b"
-    r"|精度|准确率|评测|跑分"
+_METRIC, _SPEED = triage_rules.QUALITY_METRIC, triage_rules.SPEED_MEASURE  # the same words the rules weigh
+_QUANT = _rx(
+    r"quanti[sz]\w*|\b(int[48]|w[48]a(8|16)|fp8|nf4|awq|gptq|smooth ?quant|q[2-8]_[0-9k]\w*|exl2|bnb|bitsandbytes)\b|量化"
 )
-_SPEED = _rx(r"tokens?/s|tok/s|\bt/s\b|throughput|latency|\bttft\b|\btpot\b|\bslow|\bspeed|\bfaster|速度|吞吐|延迟")
-_QUANT = _rx(r"quanti[sz]\w*|\b(int[48]|w[48]a(8|16)|fp8|nf4|awq|gptq|smooth ?quant|q[2-8]_[0-9k]\w*|exl2|bnb|bitsandbytes)\b|量化")
 # The template tags of triage_rules.TITLE_TAGS, aliases folded; one indicator each.
 TAGS = (
     "bug",
