@@ -160,19 +160,23 @@ def decide(p: np.ndarray, silent_min: float | None) -> int:
 
 
 def top_terms(w: dict, idx: np.ndarray, val: np.ndarray, k: int, n: int = 3) -> list[str]:
-    """The n-grams that pushed the winning label hardest: `label:ngram 'text'`."""
+    """The features that pushed the winning label hardest: `label:ngram 'text'`, `label:rule score 'label'` or
+    `label:shape 'name'` (a report-shape feature of `tools.triage.evidence`)."""
     names = w.get("_names") or _names(w)
     contrib = w["_coef"][k, idx] * val
     best = [i for i in np.argsort(-contrib)[:n] if contrib[i] > 0 and idx[i] < len(names)]
-    return [f"{LABELS[k]}:ngram {names[idx[i]]!r}" for i in best]
+    return [f"{LABELS[k]}:{names[idx[i]]}" for i in best]
 
 
 def _names(w: dict) -> list[str]:
-    names = [""] * (len(w["word"]["idf"]) + len(w["char"]["idf"]))
+    n_word, n_char = len(w["word"]["idf"]), len(w["char"]["idf"])
+    names = [""] * (n_word + n_char)
     for term, j in w["word"]["vocab"].items():
-        names[j] = term
+        names[j] = f"ngram {term!r}"
     for term, j in w["char"]["vocab"].items():
-        names[len(w["word"]["idf"]) + j] = term
+        names[n_word + j] = f"ngram {term!r}"
+    names += [f"rule score {lab!r}" for lab in LABELS]
+    names += [f"shape {name!r}" for name in triage_evidence.NAMES][: len(w["coef"][0]) - len(names)]
     w["_names"] = names
     return names
 
