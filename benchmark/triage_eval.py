@@ -23,8 +23,9 @@ REAL = Path(__file__).parent / "triage" / "real" / "issues.jsonl"
 SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
 ISSUES = REAL
 # Real set: train, dev, test, test2 and test3 (all seen; fitted and cross-validated on since the fourth round;
-# test3 was scored once with the classifier frozen at 09fa157 first), test4 (fourth collection, held out), test5
-# (fifth collection, held out; see benchmark/triage/real/README.md).
+# test3 was scored once with the classifier frozen at 09fa157 first), test4 (fourth collection, scored once at
+# 17e137a, fitted on since the fifth round), test5 (fifth collection, held out; see
+# benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = ("train", "dev", "test", "test2", "test3", "test4", "test5", "heldout", "fresh", "fresh2")
 CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
@@ -146,6 +147,27 @@ def format_report(name: str, s: dict) -> str:
     return "\n".join(lines)
 
 
+def out_of_fold_report(issues: list[dict]) -> str:
+    """The shipped settings (C, rule scale, temperature, silent threshold of model.json) scored out of fold on the
+    seen splits (FIT_SPLITS): 5-fold and leave-one-split-out, overall and per split. Refits (~5 min on 2 cores)."""
+    w = json.loads(triage_model.WEIGHTS.read_text())
+    pool = [i for i in issues if i.get("split") in triage_model.FIT_SPLITS]
+    lines = [f"settings: C={w['C']} rule_scale={w['rule_scale']} T={w['temperature']} silent_min={w['silent_min']}"]
+    schemes = {
+        f"{triage_model.FOLDS}-fold": triage_model.out_of_fold(pool, w["C"], w["rule_scale"]),
+        "leave-one-split-out": triage_model.leave_one_split_out(pool, w["C"], w["rule_scale"]),
+    }
+    for name, rows in schemes.items():
+        for split in ("all", *triage_model.FIT_SPLITS):
+            part = [r for r, i in zip(rows, pool) if split == "all" or i["split"] == split]
+            f = triage_model.oof_figures(part, w["temperature"], w["silent_min"])
+            lines.append(
+                f"{name:<20}{split:<7} n={len(part):<5} accuracy={f['accuracy']:.3f} silent P={f['silent_precision']:.3f}"
+                f" R={f['silent_recall']:.3f} ece={f['ece']:.3f}"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--issues", type=Path, default=ISSUES, help="labelled jsonl (label, split keys)")
@@ -154,8 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", help="comma-separated splits to print (default: all of them)")
     ap.add_argument("--errors", action="store_true", help="also list misclassified issues")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
+    ap.add_argument(
+        "--out-of-fold", action="store_true", help="refit and score the shipped settings out of fold on the seen splits"
+    )
     args = ap.parse_args(argv)
     issues = load_issues(args.issues)
+    if args.out_of_fold:
+        print(out_of_fold_report(issues))
+        return 0
     preds = load_issues(args.predictions) if args.predictions else predict(issues, args.classifier)
     figures = evaluate(issues, preds)
     shown = args.splits.split(",") if args.splits else ["all", *splits_of(issues)]

@@ -40,6 +40,38 @@ _OUTPUT_SHOWN = _rx(
 )
 _PROMPT_SHOWN = _rx(r"^\s*(\*\*)?(prompt|input|question|query|messages?)(\*\*)?\s*[:：]|\bprompt\s*=|messages\s*=")
 _COMPARES = _rx(r"\b(compared? (to|with)|vs\.?|versus|while|whereas)\b")
+# Families of a wrong result, by what is named rather than one report's words. A thing the engine returned
+# (or a score of it) next to a word that judges it bad: "the result looks wrong", "scores are very low".
+_RESULT = (
+    r"(results?|outputs?|answers?|responses?|generat\w*|completions?|translations?|text|tokens?|logprobs?|logits"
+    r"|embeddings?|scores?|accuracy|perplexity|ppl|characters?|结果|输出|回答|精度|准确率|分数)"
+)
+_BAD = (
+    r"(wrong|incorrect|weird|strange|abnormal|unexpected\w*|odd|broken|bad|low|lower|worse|poor\w*|garbled|corrupt\w*"
+    r"|nonsense|gibberish|random|different|inconsistent|mismatch\w*|not (right|correct|as expected)|差|错误?|异常|不对|不一致)"
+)
+_BAD_RESULT = _rx(
+    rf"{_RESULT}\W+(\w+\W+){{0,7}}?{_BAD}\b|\b{_BAD}\W+(\w+\W+){{0,3}}?{_RESULT}|{_RESULT}.{{0,12}}{_BAD}"
+)
+# Text encoding: multi-byte characters, emoji, replacement characters, mojibake.
+_ENCODING = _rx(
+    r"unicode|utf-?8|\bemojis?\b|multi-?byte|\bencod(ing|ed)\b|\bdecod(ing|ed)\b (of )?(characters?|bytes|text)"
+    r"|<\?>|\?{3,}|\ufffd|�|\\u[0-9a-f]{4}|\\x[0-9a-f]{2}|mojibake|乱码|编码"
+)
+# A request or sampling parameter, and a word that says it changed nothing or the wrong thing.
+_PARAMETER = _rx(
+    r"(?<![a-z_])(temperature|top_?k|top_?p|min_?p|typical_?p|do_sample|seed|repetition_penalty|presence_penalty"
+    r"|frequency_penalty|logit_bias|(top_)?logprobs|max_(new_)?tokens|stop|n_predict|best_of|beam(s| size|_width)?)(?![a-z_])"
+)
+_NO_EFFECT = _rx(
+    r"(no|any) (effect|impact|difference)|(does|do|did)(n'?t| not) (seem to )?(affect|change|matter|work|apply|take effect)"
+    r"|not (take|taking|in) effect|(is|are|seems?|gets?) ignored|not (respected|honou?red|applied|used)|same (output|result)s?"
+    r"|unexpected|没有?生效|不生效|无效|不起作用"
+)
+_METRIC, _SPEED = triage_rules.QUALITY_METRIC, triage_rules.SPEED_MEASURE  # the same words the rules weigh
+_QUANT = _rx(
+    r"quanti[sz]\w*|\b(int[48]|w[48]a(8|16)|fp8|nf4|awq|gptq|smooth ?quant|q[2-8]_[0-9k]\w*|exl2|bnb|bitsandbytes)\b|量化"
+)
 # The template tags of triage_rules.TITLE_TAGS, aliases folded; one indicator each.
 TAGS = (
     "bug",
@@ -74,6 +106,12 @@ NAMES = (
     "prompt shown",
     "comparison",
     *(f"tag {t}" for t in TAGS),
+    "bad result",
+    "a bad result asked as a question",
+    "encoding",
+    "parameter without effect",
+    "quality metric, no speed",
+    "quantization and a bad result or metric",
 )
 
 
@@ -115,4 +153,22 @@ def shape(title: str, body: str) -> list[float]:
         float(bool(_PROMPT_SHOWN.search(shown))),
         float(bool(_COMPARES.search(text))),
         *(float(tag == name) for name in TAGS),
+        *families(text, asks=flags[3] or flags[4] or tag in ("question", "usage")),
+    ]
+
+
+def families(text: str, asks: bool) -> list[float]:
+    """The wrong-result families (title + prose): a bad result, the same asked as a question, garbled encoding,
+    a parameter without effect, a quality metric with no speed measure, quantization with a bad result. Pure."""
+    bad = bool(_BAD_RESULT.search(text))
+    metric = bool(_METRIC.search(text)) and not _SPEED.search(text)
+    encoding = bool(_ENCODING.search(text))
+    no_effect = any(_NO_EFFECT.search(text[max(0, m.start() - 80) : m.end() + 120]) for m in _PARAMETER.finditer(text))
+    return [
+        float(bad),
+        float(asks and (bad or metric or encoding or no_effect)),
+        float(encoding),
+        float(no_effect),
+        float(metric),
+        float(bool(_QUANT.search(text)) and (bad or metric)),
     ]

@@ -111,7 +111,7 @@ CUES = (
         "silent",
         3.0,
         _rx(
-            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark)\b.{0,60}\b(drop\w*|lower|worse|degrad\w*|regress\w*|down|loses?)\b|\b(drop\w*|lower|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
+            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark)\b.{0,60}\b(drop\w*|lower|low|worse|degrad\w*|regress\w*|down|loses?|abnormal)\b|\b(drop\w*|lower|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
         ),
     ),
     Cue(
@@ -205,7 +205,7 @@ CUES = (
         "silent",
         1.5,
         _rx(
-            r"(repetition_penalty|top_k|top_p|temperature|ignore_eos|stop|seed|max_tokens)\b.{0,60}\b(ignored|no effect|not (applied|respected|working|work)|does(n't| not) (work|apply))|\bignored\b"
+            r"(?<![a-z_])(repetition_penalty|presence_penalty|frequency_penalty|top_?k|top_?p|min_?p|typical_?p|do_sample|temperature|ignore_eos|stop|seed|max_tokens|(top_)?logprobs)(?![a-z_]).{0,60}(\b(ignored|no effect|not (applied|respected|working|work)|(does|do)(n'?t| not) (seem to )?(work|apply|affect|change|take effect)|not (take|taking) effect)|没有?生效|不生效|不起作用)|\bignored\b"
         ),
     ),
     # silent, second-collection phrasings (train + test + test2 errors): a setting or adapter that
@@ -244,6 +244,14 @@ CUES = (
         2.0,
         _rx(
             r"detokeni\w*|\bno spaces?\b|spaces? (between|missing|dropped|disappear\w*)|stream\w*\b.{0,40}\b(messed|broken|garbled|missing|duplicat\w*|dropp\w*)|\\ufffd|u\+fffd"
+        ),
+    ),
+    # silent, text-encoding family: multi-byte characters or emoji the engine returns broken or replaced
+    Cue(
+        "silent",
+        2.0,
+        _rx(
+            r"(unicode|utf-?8|emojis?|multi-?byte|non-ascii|chinese|japanese|korean|cjk)\b.{0,40}\b(characters?|text|output|tokens?|emojis?)\b.{0,60}\b(as|broken|garbled|wrong|missing|replaced|appears?|shown|displayed|corrupt\w*|split|cut|interrupt\w*|incorrect\w*)\b|<\?>|question marks? (instead|in place)"
         ),
     ),
     Cue(
@@ -403,6 +411,17 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s+File \".*\", l
 # A wrong-output symptom named in the title: a [Usage] / [QUESTION] tag does not make it a usage question.
 _TITLE_SYMPTOM = _rx(
     r"gibberish|garbage|garbled|nonsense|meaningless|乱码|wrong (output|answer|result)s?|never stops|repeat\w*|identical to (the )?base"
+    r"|\b(results?|outputs?|answers?|scores?|accuracy)\b.{0,40}\b(wrong|incorrect|low|lower|abnormal|weird)\b"
+    r"|(no|any) effect|not (take )?effect|do(es)?(n'?t| not) affect|没有?生效|不生效|unicode|emoji"
+)
+# A quality benchmark or metric, and a speed measure: "performance degradation" on the first alone is accuracy.
+QUALITY_METRIC = _rx(
+    r"\b(mmlu|gsm8k|human ?eval|mme|mmmu|mmbench|c-?eval|cmmlu|hellaswag|truthfulqa|arc-[ce]|winogrande|math-?500|aime"
+    r"|gpqa|bleu|rouge|wer|pass@\d|exact match|perplexity|ppl|lm[-_]eval\w*|opencompass|accuracy|eval(uation)? (score|result)s?)\b"
+    r"|精度|准确率|评测|跑分"
+)
+SPEED_MEASURE = _rx(
+    r"tokens?/s|tok/s|\bt/s\b|throughput|latency|\bttft\b|\btpot\b|\bslow|\bspeed|\bfaster|速度|吞吐|延迟"
 )
 _INCIDENTAL = _rx(
     r"unrelated|not the (issue|problem)|which is expected|harmless|side note|separate (issue|problem)|not related"
@@ -467,6 +486,10 @@ def interaction_rules(scores: dict[str, float], text: IssueText) -> dict[str, fl
         s["crash"] *= 0.5
     if _TITLE_SYMPTOM.search(text.title):
         s["question"] *= 0.5
+    said = text.title + "\n" + text.prose
+    if s["performance"] and QUALITY_METRIC.search(said) and not SPEED_MEASURE.search(said):
+        s["silent"] += 0.5 * s["performance"]  # "performance degradation" of a score is a wrong result
+        s["performance"] *= 0.5
     return s
 
 

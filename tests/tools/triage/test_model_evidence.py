@@ -62,3 +62,23 @@ def test_weights_without_the_shape_block_still_classify():
     for weights in (w, old):
         c = triage_model.classify("[Bug] output is garbage", "Output: !!!!", triage_model._ready(weights))
         assert c.label == "silent" and 0.0 < c.confidence <= 1.0
+
+
+def test_leave_one_split_out_scores_each_split_with_a_fit_on_the_others():
+    kinds = [  # three labels: a two-label fit has one coefficient row (sklearn), the shipped model seven
+        ("silent", "[Bug] output is garbage {k}", "Output: !!!!"),
+        ("crash", "crash on start {k}", TRACEBACK),
+        ("install", "pip install fails {k}", "building wheel failed: nvcc not found"),
+    ]
+    pool = [
+        {"title": t.format(k=k), "body": b, "label": lab, "split": s}
+        for s in ("a", "b", "c")
+        for k in range(3)
+        for lab, t, b in kinds
+    ]
+    rows = triage_model.leave_one_split_out(pool, 4.0)
+    assert [y for _, y in rows] == [LABELS.index(i["label"]) for i in pool]
+    without_b = triage_model._ready(triage_model.fit([i for i in pool if i["split"] != "b"], 4.0))
+    k = next(n for n, i in enumerate(pool) if i["split"] == "b")
+    assert np.allclose(rows[k][0], triage_model.logits_of(without_b, pool[k]))
+    assert triage_model.oof_figures(rows, 1.0, 0.5)["accuracy"] == 1.0  # told apart out of split
