@@ -49,6 +49,9 @@ GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_pena
 # Text in several scripts: multi-byte UTF-8 pieces (2-, 3- and 4-byte characters) in the prompt, so
 # incremental detokenization meets characters split across tokens.
 MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
+# Sampled, not greedy: a tiny random model decoding greedily loops on a few pieces; sampling at
+# temperature 1 visits many, among them tokens that end inside a character and the ones finishing it.
+TEXT_SAMPLING = {"temperature": 1.0, "seed": 5}
 
 
 class MatrixError(BadInput):
@@ -59,12 +62,12 @@ def _staggered(window: int | None) -> list[dict]:
     """Four requests arriving at different steps: the second shares the first's prefix (a prefix
     cache hit); the third starts with a 16-token block of the first's prompt at another position
     (the same block content where the cache must not match: a block's identity includes what
-    precedes it); the fourth is text with multi-byte characters, decoded on for 16 tokens."""
+    precedes it); the fourth is text with multi-byte characters, sampled on for 24 tokens."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
         {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 6, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
-        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 16, "arrival_step": 1},
+        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 24, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
     ]
 
 
