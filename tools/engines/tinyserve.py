@@ -120,13 +120,13 @@ TRIGGER_AXES = (
         ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
         alone=True,
     ),
-    # A pool of 6 blocks of 16 tokens: each request of the sweep's workloads fits (a long prompt
-    # and its decode take 6), their sum does not, so requests wait, get preempted and recomputed,
-    # and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit a request.
+    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (a long prompt and
+    # its decode take 6), the staggered requests together do not, so requests wait, get preempted and
+    # recomputed, and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit.
     TriggerAxis(
         "kv_pool",
-        {"num_kv_blocks": 6, "block_size": 16, "enable_prefix_caching": True},
-        "a KV pool of 6 blocks with prefix caching: preemption, eviction and block reuse",
+        {"num_kv_blocks": 8, "block_size": 16, "enable_prefix_caching": True},
+        "a KV pool of 8 blocks with prefix caching: preemption, eviction and block reuse",
         "a small KV pool",
         ("preempt", "evict", "kv pool", "num kv blocks", "num gpu blocks", "out of blocks", "free blocks"),
         "shared_prefix",
@@ -257,10 +257,17 @@ CONFIG_AXES = (
     TriggerAxis(
         "gqa3_head_dim_32",
         {},
-        "6 query heads per 2 KV heads, head_dim 32 while hidden/heads is 16 (Gemma 7B style)",
+        "6 query heads per 2 KV heads, head_dim 32 while hidden/heads is 16, rope_theta 1e6 (not the default)",
         "grouped-query attention with a wide head_dim",
         ("head dim", "head_dim", "gqa", "grouped query", "kv heads", "num key value heads"),
-        model={"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 32},
+        # the geometry of Gemma 7B / Qwen2 checkpoints, written as transformers 5 does (rope_parameters)
+        model={
+            "hidden_size": 96,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "rope_theta": 1000000.0,
+        },
     ),
     TriggerAxis(
         "window_20",

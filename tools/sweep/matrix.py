@@ -59,15 +59,19 @@ class MatrixError(BadInput):
 
 
 def _staggered(window: int | None) -> list[dict]:
-    """Four requests arriving at different steps: the second shares the first's prefix (a prefix
-    cache hit); the third starts with a 16-token block of the first's prompt at another position
+    """Five requests arriving at different steps: the second shares the first's prefix (a prefix
+    cache hit) and decodes on after the first has finished (shared blocks outlive their first
+    owner while new requests take blocks); the third starts with a 16-token block of the first's prompt at another position
     (the same block content where the cache must not match: a block's identity includes what
-    precedes it); the fourth is text with multi-byte characters, sampled on for 24 tokens."""
+    precedes it); the fourth is text with multi-byte characters, sampled on for 24 tokens; the last
+    extends the first's prompt after the first has finished (a chat's next turn: a hit on freed
+    blocks, or, in a small pool, on blocks evicted and reused meanwhile)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
-        {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 6, "arrival_step": 2},
+        {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 16, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
         {"prompt": MULTI_BYTE_TEXT, "max_tokens": 24, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
+        {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13, 15, 17], "max_tokens": 4, "arrival_step": 12},
     ]
 
 
