@@ -192,7 +192,23 @@ def test_cell_scenarios_switch_their_features_and_keep_user_options():
     assert gemma.model["query_pre_attn_scalar"] != 16  # not the preset's head_dim: a mix-up shows
     assert options_of(Cell("llama", "float32", "none", "staggered"), FEATURES) == {}
     sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES)
-    assert all(not r.greedy and r.sampling["ignore_eos"] for r in sampled.requests)
+    assert all(r.sampling["ignore_eos"] for r in sampled.requests)
+
+
+def test_workloads_vary_sampling_per_request_mix_lengths_and_carry_multi_byte_text():
+    target = EngineSpec("tinyserve", "float32", {})
+    sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES).requests
+    assert [r.greedy for r in sampled].count(True) == 1  # a greedy request with penalties among sampled ones
+    for key in ("temperature", "top_k", "min_p", "presence_penalty", "repetition_penalty"):
+        assert len({r.sampling.get(key) for r in sampled}) > 1, key  # one batch, settings differ per request
+    assert any(r.sampling.get("top_k") for r in sampled) and any(r.sampling.get("min_p", 0) >= 0.1 for r in sampled)
+    long = scenario_of(Cell("mistral", "float32", "none", "long"), target, FEATURES).requests
+    lengths = sorted(len(r.prompt_ids) for r in long)
+    assert lengths[0] < 16 < 32 < lengths[-1]  # a short request decoded beside one past the window
+    staggered = scenario_of(Cell("llama", "float32", "none", "staggered"), target, FEATURES).requests
+    text = [r.prompt for r in staggered if r.prompt is not None]
+    widths = {len(ch.encode()) for ch in text[0]}
+    assert {1, 2, 3, 4} <= widths  # ASCII, Latin/Greek, CJK and an emoji: UTF-8 pieces of every width
 
 
 def _r(arch, features, workload, tap, status="diverge"):

@@ -120,6 +120,28 @@ TRIGGER_AXES = (
         ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
         alone=True,
     ),
+    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (a long prompt and
+    # its decode take 6), the staggered requests together do not, so requests wait, get preempted and
+    # recomputed, and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit.
+    TriggerAxis(
+        "kv_pool",
+        {"num_kv_blocks": 8, "block_size": 16, "enable_prefix_caching": True},
+        "a KV pool of 8 blocks with prefix caching: preemption, eviction and block reuse",
+        "a small KV pool",
+        ("preempt", "evict", "kv pool", "num kv blocks", "num gpu blocks", "out of blocks", "free blocks"),
+        "shared_prefix",
+        alone=True,
+    ),
+)
+# torch.compile of the model forward, in trees whose Config has `compile` (capabilities() asks the
+# tree under test): aot_eager traces and partitions the graph as inductor does, without a C compiler.
+COMPILE_AXIS = TriggerAxis(
+    "compile",
+    {"compile": True, "compile_backend": "aot_eager"},
+    "the model forward under torch.compile (aot_eager backend)",
+    "torch.compile",
+    ("compile", "compiled", "inductor", "dynamo", "cuda graph"),
+    alone=True,
 )
 
 # Checkpoint config variants users ship that tinyserve reads (the sweep's model-config axis), as
@@ -187,13 +209,14 @@ CONFIG_AXES = (
     TriggerAxis(
         "legacy_keys",
         {},
-        "a transformers-4 config: rms_norm_eps 1e-5, top-level rope_theta, no layer_types",
+        "a transformers-4 config: rms_norm_eps 1e-5, top-level rope_theta 1e6, no layer_types",
         "legacy config keys",
         ("legacy", "older config", "rms_norm_eps", "eps"),
         model={
             "rms_norm_eps": 1e-5,
             "omit_keys": (*_LEGACY_ROPE, "layer_types"),
-            "config_json": {"rope_theta": 10000.0},
+            # Qwen2's theta, not the reader's default: a reader that drops a top-level theta shows
+            "config_json": {"rope_theta": 1000000.0},
         },
     ),
     TriggerAxis(
@@ -230,6 +253,21 @@ CONFIG_AXES = (
         ("softcap", "soft cap", "soft-capping", "capping"),
         model={"attn_logit_softcapping": 4.0, "final_logit_softcapping": 4.0, "initializer_range": 0.2},
         archs=("gemma2",),
+    ),
+    TriggerAxis(
+        "gqa3_head_dim_32",
+        {},
+        "6 query heads per 2 KV heads, head_dim 32 while hidden/heads is 16, rope_theta 1e6 (not the default)",
+        "grouped-query attention with a wide head_dim",
+        ("head dim", "head_dim", "gqa", "grouped query", "kv heads", "num key value heads"),
+        # the geometry of Gemma 7B / Qwen2 checkpoints, written as transformers 5 does (rope_parameters)
+        model={
+            "hidden_size": 96,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "rope_theta": 1000000.0,
+        },
     ),
     TriggerAxis(
         "window_20",
@@ -595,7 +633,7 @@ class TinyServeEngine:
             dtypes=("float64", "float32", "bfloat16", "float16"),
             tp_sizes=(1, 2),
             replace=REPLACEABLE,
-            trigger_axes=TRIGGER_AXES,
+            trigger_axes=TRIGGER_AXES + ((COMPILE_AXIS,) if fields and "compile" in fields else ()),
             config_axes=CONFIG_AXES,
             option_aliases=OPTION_ALIASES,
             package=self.package,
@@ -655,6 +693,7 @@ class TinyServeEngine:
             "kernels": {k: "native" if k in native else "optimized" for k in ts.ops.KERNELS},
             "teacher_forced": job.teacher is not None,
             "num_kv_blocks": engine.config.num_kv_blocks,
+            "preemptions": getattr(getattr(engine, "scheduler", None), "num_preemptions", None),
             "max_num_batched_tokens": engine.config.max_num_batched_tokens,
             "tp": {
                 "size": engine.config.tensor_parallel_size,

@@ -40,7 +40,18 @@ SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, share
 # checkpoints keep apart (gemma2-27b: query_pre_attn_scalar 144, head_dim 128): a code path that
 # reads the one for the other is then wrong by a visible factor.
 MODEL_OVERRIDES = {"gemma2": {"query_pre_attn_scalar": 24}}
-SAMPLED = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "repetition_penalty": 1.2, "seed": 7}
+# Per-request sampling in one batch, each request with settings the others lack, so a sampler that
+# applies one request's settings (or the batch's largest) to every row shows: a top-k that bites, a
+# min-p that bites, presence/frequency and repetition penalties, a greedy request with penalties.
+SAMPLED = {"temperature": 0.8, "top_k": 4, "top_p": 0.9, "min_p": 0.02, "repetition_penalty": 1.2, "seed": 7}
+SAMPLED_OTHER = {"temperature": 1.3, "top_k": 0, "min_p": 0.2, "presence_penalty": 0.4, "frequency_penalty": 0.6}
+GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_penalty": 0.2, "repetition_penalty": 1.1}
+# Text in several scripts: multi-byte UTF-8 pieces (2-, 3- and 4-byte characters) in the prompt, so
+# incremental detokenization meets characters split across tokens.
+MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
+# Sampled, not greedy: a tiny random model decoding greedily loops on a few pieces; sampling at
+# temperature 1 visits many, among them tokens that end inside a character and the ones finishing it.
+TEXT_SAMPLING = {"temperature": 1.0, "seed": 2}
 
 
 class MatrixError(BadInput):
@@ -48,28 +59,44 @@ class MatrixError(BadInput):
 
 
 def _staggered(window: int | None) -> list[dict]:
-    """Three requests arriving at different steps: the second shares the first's prefix (a prefix
-    cache hit); the third starts with a 16-token block of the first's prompt at another position
+    """Five requests arriving at different steps: the second shares the first's prefix (a prefix
+    cache hit) and decodes on after the first has finished (shared blocks outlive their first
+    owner while new requests take blocks); the third starts with a 16-token block of the first's prompt at another position
     (the same block content where the cache must not match: a block's identity includes what
-    precedes it)."""
+    precedes it); the fourth is text with multi-byte characters, sampled on for 12 tokens; the last
+    extends the first's prompt after the first has finished (a chat's next turn: a hit on freed
+    blocks, or, in a small pool, on blocks evicted and reused meanwhile)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
-        {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 6, "arrival_step": 2},
+        {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 10, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
+        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 12, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
+        {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13, 15, 17], "max_tokens": 3, "arrival_step": 8},
     ]
 
 
 def _long(window: int | None) -> list[dict]:
-    """A prompt past the sliding window (when the arch has one) and several KV blocks, decoded on."""
+    """A prompt past the sliding window (when the arch has one) and several KV blocks, decoded on
+    in the same steps as a short request: rows of very different context lengths in one batch."""
     length = max(72, (window or 0) + 24)
-    return [{"prompt_ids": [(17 * i + 5) % 480 + 3 for i in range(length)], "max_tokens": 10}]
+    return [
+        {"prompt_ids": [(17 * i + 5) % 480 + 3 for i in range(length)], "max_tokens": 10},
+        {"prompt_ids": [(29 * i + 11) % 480 + 3 for i in range(9)], "max_tokens": 10},
+    ]
 
 
 def _sampled(window: int | None) -> list[dict]:
-    """Two sampled requests with every sampler stage on (top-k/top-p/min-p, a penalty, a seed)."""
+    """Three requests with different sampling in one batch: top-k/top-p/min-p with a repetition
+    penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties."""
     return [
         {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
-        {"prompt_ids": list(range(200, 214)), "max_tokens": 8, "arrival_step": 1, "sampling": dict(SAMPLED, seed=11)},
+        {
+            "prompt_ids": list(range(200, 214)),
+            "max_tokens": 8,
+            "arrival_step": 1,
+            "sampling": dict(SAMPLED_OTHER, seed=11),
+        },
+        {"prompt_ids": list(range(100, 111)), "max_tokens": 8, "arrival_step": 1, "sampling": dict(GREEDY_PENALISED)},
     ]
 
 

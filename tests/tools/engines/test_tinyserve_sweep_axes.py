@@ -1,0 +1,81 @@
+"""The sweep axes tinyserve's adapter declares beyond its options and config variants: a small KV
+pool (preemption, eviction), torch.compile where the tree has it, 3:1 GQA with a wide head_dim.
+Real tiny runs of the bundled tinyserve against transformers: each axis changes what runs, and
+the bug-free engine agrees."""
+
+import json
+import shutil
+
+import pytest
+from transformers import AutoTokenizer
+
+from tools.engines import engine_capabilities
+from tools.engines.tinyserve import CONFIG_AXES, SUBJECT_ROOT, TinyServeEngine
+from tools.probe.checkpoints import ensure_checkpoint
+from tools.probe.prober import Prober
+from tools.scenario import EngineSpec
+from tools.sweep.matrix import Cell, ConfigVariant, Feature, scenario_of
+
+TARGET = EngineSpec("tinyserve", "float32", {})
+REPLACEMENT = "\ufffd"  # what decoding a token that ends inside a character gives for its tail
+VARIANTS = {a.name: ConfigVariant(dict(a.model), tuple(a.archs)) for a in CONFIG_AXES}
+
+
+def declared(caps) -> dict[str, Feature]:
+    return {a.name: Feature(dict(a.options), a.alone) for a in caps.trigger_axes}
+
+
+def probe(cell: Cell, features: dict[str, Feature], source=None):
+    sc = scenario_of(cell, TARGET, features, None, VARIANTS)
+    return sc, Prober().probe(sc, source)
+
+
+def test_a_small_kv_pool_preempts_and_evicts_yet_agrees():
+    features = declared(TinyServeEngine().capabilities())
+    assert features["kv_pool"].alone  # blocks of 4 from the other features would not fit a request
+    _, result = probe(Cell("llama", "float32", "kv_pool", "staggered"), features)
+    assert not result.diverged, result.summary
+    assert result.target.meta["num_kv_blocks"] == features["kv_pool"].options["num_kv_blocks"]
+    assert result.target.meta["preemptions"] > 0  # the pool bit: requests were preempted and recomputed
+
+
+def test_the_text_request_splits_characters_across_tokens_and_its_text_agrees():
+    sc, result = probe(Cell("llama", "float32", "none", "staggered"), {})
+    assert not result.diverged, result.summary  # the text is compared with the reference's decoding too
+    text = next(i for i, r in enumerate(sc.requests) if r.prompt is not None)
+    tokenizer = AutoTokenizer.from_pretrained(ensure_checkpoint(sc.model))
+    ids = result.target.outputs[text].output_ids
+    pieces = sum(tokenizer.decode([i]).count(REPLACEMENT) for i in ids)
+    assert pieces > tokenizer.decode(ids).count(REPLACEMENT)  # some token ends inside a character another ends
+    assert result.target.outputs[text].text == tokenizer.decode(ids)
+
+
+def test_per_request_sampling_in_one_batch_agrees():
+    _, result = probe(Cell("llama", "float32", "none", "sampled"), {})
+    assert not result.diverged, result.summary
+    assert len(result.target.outputs) == 3 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+
+
+@pytest.mark.slow
+def test_gqa3_with_a_wide_head_dim_loads_in_both_and_agrees():
+    sc, result = probe(Cell("qwen2", "float32", "none", "long", "gqa3_head_dim_32"), {})
+    config = json.loads((ensure_checkpoint(sc.model) / "config.json").read_text())
+    heads, kv, head_dim = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    assert heads == 3 * kv and head_dim != config["hidden_size"] // heads
+    assert not result.diverged, result.summary
+
+
+@pytest.mark.slow
+def test_the_compile_axis_is_declared_only_by_a_tree_whose_config_takes_compile(tmp_path):
+    assert "compile" not in {a.name for a in engine_capabilities("tinyserve", SUBJECT_ROOT).trigger_axes}
+    tree = tmp_path / "tree"
+    shutil.copytree(SUBJECT_ROOT, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    config = tree / "tinyserve" / "config.py"
+    text = config.read_text()
+    field = "    tensor_parallel_size: int = 1"
+    assert field in text
+    config.write_text(text.replace(field, f"{field}\n    compile: bool = False\n    compile_backend: str = 'inductor'"))
+    caps = engine_capabilities("tinyserve", tree)
+    axis = next(a for a in caps.trigger_axes if a.name == "compile")
+    assert axis.alone and axis.options["compile"] is True
+    assert set(axis.options) <= set(caps.accepted_options or ())  # options the tree's Config takes
