@@ -67,7 +67,8 @@ def measure(folder: Path, lazy: bool) -> dict:
     return {
         "step_mib": round(peak - before, 1),
         "before_mib": round(before, 1),
-        "tap_records": len(target.records),
+        "tap_records": sum(len(b.table) for b in target.blocks()),  # read after the peak: not part of the step
+        "tap_blocks": len(target.blocks()),
         "diverged": result.diverged,
         "first": result.first.tap if result.first else None,
     }
@@ -115,7 +116,14 @@ def main(argv=None) -> int:
             stream, eager = measure_fresh(folder, "stream"), measure_fresh(folder, "eager")
             assert stream["first"] == eager["first"] and stream["diverged"] == eager["diverged"]
             row = {"layers": layers, "trace_mib": trace_mib(folder), "stream_mib": stream["step_mib"]}
-            rows.append({**row, "eager_mib": eager["step_mib"], "tap_records": stream["tap_records"]})
+            rows.append(
+                {
+                    **row,
+                    "eager_mib": eager["step_mib"],
+                    "tap_records": stream["tap_records"],
+                    "tap_blocks": stream["tap_blocks"],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     growth = {
         f"{m}_growth_last_over_first": round(rows[-1][m] / max(rows[0][m], 1e-9), 2)

@@ -1,7 +1,7 @@
 """Tensor replacement inside an engine run (issue 13): reference rows injected at a tap.
 
 The rows travel to the worker as a trace directory (tools.probe.trace) named by `RunJob.replace`;
-every record in it is injected at its tap, matched by request and token position (as
+every row in it is injected at its tap, matched by request and token position (as
 tools/probe/align.py matches rows) and cast to the dtype the target computes in. An adapter
 calls `Injection.apply` from the hook that reads the tap, and records what it returns,
 so the injected tap reads back the reference's values.
@@ -20,10 +20,10 @@ from tools.probe.trace import Trace
 class Injection:
     def __init__(self, trace: Trace):
         self.rows: dict[str, dict[tuple[int, int], torch.Tensor]] = {}
-        for rec in trace.records:
-            slot = self.rows.setdefault(rec.name, {})
-            for i, pos in enumerate(rec.positions):
-                slot[(rec.request, pos)] = rec.tensor[i]
+        for block in trace.blocks():
+            slot, tensor = self.rows.setdefault(block.name, {}), block.tensor
+            for i, pos in enumerate(block.positions.tolist()):
+                slot[(block.request, pos)] = tensor[i]
         self.replaced = {tap: 0 for tap in self.rows}  # rows actually replaced, per tap
 
     @classmethod

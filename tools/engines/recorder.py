@@ -43,7 +43,7 @@ class RowMap:
 def copy_rows(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     # [N, ...] -> [N, F]: a detached copy, in `dtype` (default: float64 stays, anything else float32)
     wide = dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
-    return x.detach().to(wide).reshape(x.shape[0], -1).clone()
+    return x.detach().reshape(x.shape[0], -1).to(wide, copy=True)  # one copy, whether or not the dtype changes
 
 
 class HookRecorder:
@@ -89,11 +89,18 @@ class HookRecorder:
 
     def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F], rows per `self.rows`
         assert self.rows is not None, "record() needs the rows of the forward now running"
+        # one copy per forward and tap, each request's record a view of its rows: a decode step of a
+        # deep model records thousands of times, and the copies per request were most of the capture
+        if x.shape[0] * x.shape[1] == 0:
+            return
+        wide = copy_rows(x.reshape(-1, *x.shape[2:]), self.out_dtype).reshape(x.shape[0], x.shape[1], -1)
         for b, req in enumerate(self.rows.requests):
             pos = self.rows.positions[b]
             keep = [s for s, p in enumerate(pos) if p >= 0]
             if keep:
-                self.add(tap, self.step, req, [pos[s] for s in keep], x[b, keep])
+                contiguous = keep[-1] - keep[0] + 1 == len(keep)  # padding on one side only: a slice
+                rows = wide[b, keep[0] : keep[-1] + 1] if contiguous else wide[b, keep]
+                self.records.append(TapRecord(tap, self.step, req, [pos[s] for s in keep], rows))
 
     def ordered(self) -> list[TapRecord]:
         """Records in (step, execution order, request) order, as a Trace holds them."""

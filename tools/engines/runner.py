@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -70,11 +69,13 @@ def run_engine(
     timeout: float = DEFAULT_TIMEOUT_S,
     workdir: str | Path | None = None,
 ) -> Trace:
-    """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path.
-    The run's folder is removed afterwards, whatever happens, unless DIFFDX_KEEP_TEMP is set."""
+    """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path. The
+    trace is read lazily, one tap at a time by whoever compares it, so the run's folder lives as long
+    as the trace does and is removed after it (at once on failure), unless DIFFDX_KEEP_TEMP is set."""
     from tools.probe import trace as trace_io
 
     tmp = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
+    release = (lambda: None) if keep_temp() else trace_io.remove_folder(tmp)
     try:
         (tmp / "job.json").write_text(json.dumps(job.to_json()))
         started = time.monotonic()
@@ -84,17 +85,19 @@ def run_engine(
             raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
         if code != 0:
             raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}", "crash", log[-4000:])
+        worker_timing = tmp / "trace" / "timing.json"
+        timing = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
         loading = time.monotonic()
-        out = trace_io.load(tmp / "trace")
-        out.meta["wall_s"] = time.monotonic() - started
-        out.meta["timing"] = run_timing(tmp / "trace" / "timing.json", out.meta["wall_s"], time.monotonic() - loading)
-        if keep_temp():
-            out.meta["run_dir"] = str(tmp)
-        log_run(job, out.meta["timing"], out.meta["wall_s"])
-        return out
-    finally:
-        if not keep_temp():
-            shutil.rmtree(tmp, ignore_errors=True)
+        out = trace_io.load(tmp / "trace", lazy=True, release=release)  # may remove the folder: read it before
+    except BaseException:
+        release()
+        raise
+    out.meta["wall_s"] = time.monotonic() - started
+    out.meta["timing"] = run_timing(timing, out.meta["wall_s"], time.monotonic() - loading)
+    if keep_temp():
+        out.meta["run_dir"] = str(tmp)
+    log_run(job, out.meta["timing"], out.meta["wall_s"])
+    return out
 
 
 def execute(args: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int | None, str]:
@@ -173,10 +176,11 @@ def zygote_for(env: dict) -> ForkServer | None:
 _SERVERS: dict[tuple[str, ...], ForkServer] = {}
 
 
-def run_timing(worker_timing: Path, wall_s: float, load_s: float) -> dict:
+def run_timing(worker_timing: dict, wall_s: float, load_s: float) -> dict:
     """Seconds per part of one run: start-up (process, imports), engine (forward and capture,
-    coverage included), save, load. Start-up is what the worker did not account for."""
-    t = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
+    coverage included), save, load (lazy: the trace's index; its tensors are read by the compare).
+    Start-up is what the worker (`worker_timing`) did not account for."""
+    t = dict(worker_timing)
     t["load_s"] = load_s
     t["startup_s"] = max(0.0, wall_s - sum(t.values()))
     return t

@@ -1,4 +1,4 @@
-"""Align tap records of several traces by (tap, request, position).
+"""Align tap rows of several traces by (tap, request, position).
 
 Engines schedule work differently (one padded forward vs. chunks and decode
 steps), so rows are matched by token position, never by step. The target's
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from tools.probe import taps as tapnames
-from tools.probe.trace import TapRecord, Trace, release_freed_memory
+from tools.probe.trace import TapBlock, Trace, release_freed_memory
 
 NOT_COMPARED = ("sampler.token",)  # token ids: compared as tokens, not by error ratio
 
@@ -43,27 +43,32 @@ class AlignmentError(ValueError):
 def index(trace: Trace, names: Collection[str] | None = None) -> dict[tuple[str, int], TapRows]:
     """Trace -> rows per (tap, request), sorted by position; a recomputed position keeps its last value.
     `names`: only these taps (a lazily loaded trace then reads no other tap's tensors)."""
-    return {key: tap_rows(records) for key, records in record_groups(trace, names).items()}
+    return {key: tap_rows(blocks) for key, blocks in block_groups(trace, names).items()}
 
 
-def record_groups(trace: Trace, names: Collection[str] | None = None) -> dict[tuple[str, int], list[TapRecord]]:
-    """Trace -> its records per (tap, request), in record order; no tensor is read."""
-    groups: dict[tuple[str, int], list[TapRecord]] = {}
-    for rec in trace.records:
-        if names is None or rec.name in names:
-            groups.setdefault((rec.name, rec.request), []).append(rec)
+def block_groups(trace: Trace, names: Collection[str] | None = None) -> dict[tuple[str, int], list[TapBlock]]:
+    """Trace -> its blocks per (tap, request), in record order; no tensor is read."""
+    groups: dict[tuple[str, int], list[TapBlock]] = {}
+    for block in trace.blocks(names):
+        groups.setdefault((block.name, block.request), []).append(block)
     return groups
 
 
-def tap_rows(records: list[TapRecord]) -> TapRows:
-    """The records of one (tap, request) -> their rows sorted by position, the last record of a position winning."""
-    slot: dict[int, tuple[int, torch.Tensor]] = {}
-    for rec in records:
-        tensor = rec.tensor  # once per record: a lazy record reads its file on every access
-        for i, pos in enumerate(rec.positions):
-            slot[pos] = (rec.step, tensor[i])
-    positions = sorted(slot)
-    return TapRows(positions, [slot[p][0] for p in positions], torch.stack([slot[p][1] for p in positions]))
+def tap_rows(blocks: list[TapBlock]) -> TapRows:
+    """The blocks of one (tap, request) -> their rows sorted by position, the last row of a position winning."""
+    parts = [(b.tensor, b.positions, b.steps()) for b in blocks]  # once per block: a lazy block reads its file
+    tensor, positions, steps = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts, strict=True))
+    keep = last_row_per_position(positions)
+    return TapRows(positions[keep].tolist(), steps[keep].tolist(), tensor[keep])
+
+
+def last_row_per_position(positions: torch.Tensor) -> torch.Tensor:
+    """[N] int64 position of each row -> [P] index of the last row of each distinct position, by position."""
+    order = torch.argsort(positions, stable=True)  # equal positions keep their row order
+    ordered = positions[order]
+    last = torch.ones_like(ordered, dtype=torch.bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    return order[last]
 
 
 def align(target: Trace, reference: Trace, high: Trace) -> list[Aligned]:
@@ -74,7 +79,7 @@ def align(target: Trace, reference: Trace, high: Trace) -> list[Aligned]:
 def iter_aligned(target: Trace, reference: Trace, high: Trace) -> Iterator[Aligned]:
     """`align`, one (tap, request) at a time: only that tap's rows of the three traces are built, so
     over lazily loaded traces the memory held is one tap's, whatever the number of layers."""
-    t_groups, r_groups, y_groups = record_groups(target), record_groups(reference), record_groups(high)
+    t_groups, r_groups, y_groups = block_groups(target), block_groups(reference), block_groups(high)
     for key in sorted(t_groups, key=lambda k: (tapnames.order_key(k[0]), k[1])):
         if key[0] in NOT_COMPARED or key not in r_groups or key not in y_groups:
             continue
@@ -86,12 +91,17 @@ def iter_aligned(target: Trace, reference: Trace, high: Trace) -> Iterator[Align
 
 def _common_rows(key, t: TapRows, r: TapRows, y: TapRows) -> Aligned:
     common = sorted(set(t.positions) & set(r.positions) & set(y.positions))
-    pick = lambda rows: rows.tensor[[rows.positions.index(p) for p in common]] if common else rows.tensor[:0]
-    tt, rr, yy = pick(t), pick(r), pick(y)
+    (tt, t_rows), (rr, _), (yy, _) = (_rows_at(rows, common) for rows in (t, r, y))
     if common and not (tt.shape == rr.shape == yy.shape):
         raise AlignmentError(
             f"tap {key[0]} request {key[1]}: shapes differ "
             f"(target {tuple(tt.shape)}, reference {tuple(rr.shape)}, high {tuple(yy.shape)})"
         )
-    steps = [t.steps[t.positions.index(p)] for p in common]
-    return Aligned(key[0], key[1], common, steps, tt, rr, yy)
+    return Aligned(key[0], key[1], common, [t.steps[i] for i in t_rows], tt, rr, yy)
+
+
+def _rows_at(rows: TapRows, positions: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """rows, sorted positions they all hold -> ([len(positions), F] their rows there, the row indices)."""
+    row_of = {p: i for i, p in enumerate(rows.positions)}
+    picked = [row_of[p] for p in positions]
+    return (rows.tensor[picked] if picked else rows.tensor[:0]), picked

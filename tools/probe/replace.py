@@ -118,12 +118,12 @@ def downstream_divergence(stats: list[compare.TapStat], taps: list[str]) -> comp
 
 
 def rows_at(reference: Trace, taps: list[str]) -> Trace:
-    """The reference's records at `taps`: what the target gets injected."""
-    records = [r for r in reference.records if r.name in taps]
-    missing = sorted(set(taps) - {r.name for r in records})
+    """The reference's rows at `taps`: what the target gets injected."""
+    blocks = reference.blocks(taps)
+    missing = sorted(set(taps) - {b.name for b in blocks})
     if missing:
         raise ValueError(f"the reference trace has no rows at {missing}")
-    return Trace(engine=reference.engine, dtype=reference.dtype, outputs=reference.outputs, records=records)
+    return Trace(engine=reference.engine, dtype=reference.dtype, outputs=reference.outputs, blocks=blocks)
 
 
 def check_replaceable(scenario: Scenario, taps: list[str], target_source: Path | None = None) -> None:

@@ -1,20 +1,42 @@
-"""Traces: what one engine run produced (tap records + outputs), and their files.
+"""Traces: what one engine run produced (tap rows + outputs), and their files.
 
-On disk a trace is `taps.safetensors` (one tensor per record) plus `trace.json`
-(record index, per-request outputs, run metadata), so it can cross a process
-boundary and be reloaded lazily.
+An adapter builds a trace from records: one per tap, request and engine step. Saved and loaded, a
+trace holds blocks instead: one per tap and request, the rows of all its records concatenated in
+record order. A deep model's decode makes a record per layer, tap, request and token (117k for
+SmolLM2-135M generating 2 x 128 tokens); with a tensor per record, saving, loading and regrouping
+cost per record, with a tensor per block they cost per tap.
+
+On disk (format 2), a trace is two files in its folder, so it can cross a process boundary and be
+read back one block at a time:
+
+- `trace.json`: `{"format": 2, "engine", "dtype", "meta", "outputs": [RequestOutput...],
+  "blocks": [{"name", "request", "rank"}, ...]}`;
+- `taps.safetensors`, per block i: `b{i}` `[rows, features]` its rows; `b{i}.positions` `[rows]`
+  int64, the token position of each row; `b{i}.records` `[records, 3]` int64, one line per record
+  in row order: (its number in the trace's record order, its step, its number of rows).
+
+Format 1 (no `format` key: a tensor `r{i}` per record, each record's fields in `records`) is still
+read, whole.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
 import struct
 import sys
+import weakref
 from array import array
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+FORMAT = 2
+BLOCK_TENSORS = ("", ".positions", ".records")  # the tensors of block i: b{i}, b{i}.positions, b{i}.records
 
 
 @dataclass(slots=True)  # no __dict__: a trace of a deep model holds tens of thousands of records
@@ -27,6 +49,120 @@ class TapRecord:
     rank: int = 0  # tensor-parallel rank that reported it (after gathering: 0)
 
 
+@dataclass(slots=True)
+class TapBlock:
+    """The rows of one tap for one request (and rank), over every step that computed them, in record
+    order; records of one tap and request that differ in rank, dtype or feature shape start a new block."""
+
+    name: str
+    request: int
+    rank: int
+    tensor: torch.Tensor  # [rows, features]
+    positions: torch.Tensor  # [rows] int64
+    table: torch.Tensor  # [records, 3] int64: (number in the trace, step, rows) of each record, in row order
+
+    def steps(self) -> torch.Tensor:  # [rows] the step of each row
+        table = self.table
+        return torch.repeat_interleave(table[:, 1], table[:, 2])
+
+    def records(self) -> list[tuple[int, TapRecord]]:
+        """Its records back, each with its number in the trace."""
+        tensor, positions, start, out = self.tensor, self.positions.tolist(), 0, []
+        for number, step, count in self.table.tolist():
+            span = slice(start, start + count)
+            out.append((number, TapRecord(self.name, step, self.request, positions[span], tensor[span], self.rank)))
+            start += count
+        return out
+
+    def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+        """(dtype, shape) of its tensor, positions and table, as `save` writes them."""
+        return [(x.dtype, tuple(x.shape)) for x in (self.tensor, self.positions, self.table)]
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.tensor, self.positions, self.table
+
+
+class RecordsBlock(TapBlock):
+    """A block over an adapter's records, before they are saved: its tensors are built on each access."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, first: TapRecord):
+        self.name, self.request, self.rank = first.name, first.request, first.rank
+        self.members: list[tuple[int, TapRecord]] = []
+
+    def takes(self, rec: TapRecord) -> bool:
+        x = self.members[0][1].tensor
+        return rec.rank == self.rank and rec.tensor.dtype == x.dtype and rec.tensor.shape[1:] == x.shape[1:]
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        rows = [rec.tensor.detach().cpu() for _, rec in self.members]
+        return rows[0] if len(rows) == 1 else torch.cat(rows)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.tensor([p for _, rec in self.members for p in rec.positions], dtype=torch.int64)
+
+    @property
+    def table(self) -> torch.Tensor:
+        return torch.tensor([[n, rec.step, len(rec.positions)] for n, rec in self.members], dtype=torch.int64)
+
+    def records(self) -> list[tuple[int, TapRecord]]:
+        return list(self.members)
+
+    def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+        x, rows = self.members[0][1].tensor, sum(len(rec.positions) for _, rec in self.members)
+        return [(x.dtype, (rows, *x.shape[1:])), (torch.int64, (rows,)), (torch.int64, (len(self.members), 3))]
+
+
+class FileBlock(TapBlock):
+    """A block whose tensors stay in the trace's file until asked for (read anew on each access)."""
+
+    __slots__ = ("file", "number")
+
+    def __init__(self, file: TensorFile, number: int, name: str, request: int, rank: int):
+        self.file, self.number = file, number
+        self.name, self.request, self.rank = name, request, rank
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self.file.get(3 * self.number)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.file.get(3 * self.number + 1)
+
+    @property
+    def table(self) -> torch.Tensor:
+        return self.file.get(3 * self.number + 2)
+
+    def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+        return [self.file.layout[3 * self.number + k] for k in range(3)]
+
+    def held(self) -> TapBlock:
+        return TapBlock(self.name, self.request, self.rank, self.tensor, self.positions, self.table)
+
+
+def group_records(records: list[TapRecord], names: Collection[str] | None = None) -> list[TapBlock]:
+    """Records -> blocks (`names`: only these taps'), in the order of their first record; no tensor is copied."""
+    blocks: list[TapBlock] = []
+    open_blocks: dict[tuple[str, int], RecordsBlock] = {}
+    for number, rec in enumerate(records):
+        if names is not None and rec.name not in names:
+            continue
+        if rec.tensor.shape[0] != len(rec.positions):
+            raise ValueError(
+                f"tap {rec.name} step {rec.step}: {rec.tensor.shape[0]} rows, {len(rec.positions)} positions"
+            )
+        block = open_blocks.get((rec.name, rec.request))
+        if block is None or not block.takes(rec):
+            block = open_blocks[(rec.name, rec.request)] = RecordsBlock(rec)
+            blocks.append(block)
+        block.members.append((number, rec))
+    return blocks
+
+
 @dataclass
 class RequestOutput:
     prompt_ids: list[int]
@@ -36,68 +172,118 @@ class RequestOutput:
     finish_reason: str | None = None
 
 
-@dataclass
 class Trace:
-    engine: str
-    dtype: str
-    outputs: list[RequestOutput]
-    records: list[TapRecord] = field(default_factory=list)
-    meta: dict = field(default_factory=dict)  # options, kernels in use, timings, device
+    """What one engine run produced: per-request outputs, tap rows, run metadata (options, kernels in
+    use, timings, device). Built from `records` (an adapter) or from `blocks` (a loaded trace); either
+    way both views can be read, `blocks` being the cheap one to compare from."""
+
+    def __init__(
+        self,
+        engine: str,
+        dtype: str,
+        outputs: list[RequestOutput],
+        records: list[TapRecord] | None = None,
+        meta: dict | None = None,
+        blocks: list[TapBlock] | None = None,
+    ):
+        if records is not None and blocks is not None:
+            raise ValueError("a trace is built from records or from blocks, not both")
+        self.engine, self.dtype, self.outputs = engine, dtype, outputs
+        self.meta = {} if meta is None else meta
+        self._records = [] if records is None and blocks is None else records
+        self._blocks = blocks
+
+    def __repr__(self) -> str:
+        rows = f"records={len(self._records)}" if self._records is not None else f"blocks={len(self.blocks())}"
+        return f"Trace(engine={self.engine!r}, dtype={self.dtype!r}, outputs={len(self.outputs)}, {rows})"
+
+    @property
+    def records(self) -> list[TapRecord]:
+        """One record per tap, request and step, in the order the adapter gave them (a loaded trace's
+        are split back out of its blocks: each access reads them anew)."""
+        if self._records is not None:
+            return self._records
+        numbered = [pair for block in self._blocks or () for pair in block.records()]
+        return [rec for _, rec in sorted(numbered, key=lambda pair: pair[0])]
+
+    def blocks(self, names: Collection[str] | None = None) -> list[TapBlock]:
+        """Its rows per tap and request (`names`: only these taps'), in the order of their first record."""
+        if self._records is not None:
+            return group_records(self._records, names)
+        return [b for b in self._blocks or () if names is None or b.name in names]
 
     def taps(self) -> list[str]:
-        seen = dict.fromkeys(r.name for r in self.records)
-        return list(seen)
+        source = self._records if self._records is not None else self._blocks or ()
+        return list(dict.fromkeys(r.name for r in source))
 
     def sequences(self) -> list[list[int]]:
         """Full token sequences (prompt + output) per request, for teacher forcing."""
         return [o.prompt_ids + o.output_ids for o in self.outputs]
 
 
-RECORD_FIELDS = [f for f in fields(TapRecord) if f.name != "tensor"]  # what trace.json holds of a record
-
-
 def save(trace: Trace, out_dir: str | Path) -> Path:
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {f"r{i}": r.tensor.detach().contiguous().cpu() for i, r in enumerate(trace.records)}
-    save_file(tensors, str(out / "taps.safetensors"))
-    # not asdict(): it deep-copies every record's tensor only for the index to drop it
-    index = [{f.name: getattr(r, f.name) for f in RECORD_FIELDS} for r in trace.records]
+    blocks = trace.blocks()
+    write_blocks(out / "taps.safetensors", blocks)
     doc = {
+        "format": FORMAT,
         "engine": trace.engine,
         "dtype": trace.dtype,
         "meta": trace.meta,
         "outputs": [asdict(o) for o in trace.outputs],
-        "records": index,
+        "blocks": [{"name": b.name, "request": b.request, "rank": b.rank} for b in blocks],
     }
     (out / "trace.json").write_text(json.dumps(doc))
     return out
 
 
-def load(out_dir: str | Path, lazy: bool = False) -> Trace:
-    """The trace saved in `out_dir`. `lazy`: its records read their tensor from the file on each
-    access and keep none, so a caller that takes one tap at a time holds one tap in memory."""
-    from safetensors.torch import load_file
-
+def load(out_dir: str | Path, lazy: bool = False, release: Callable[[], None] | None = None) -> Trace:
+    """The trace saved in `out_dir`. `lazy`: its blocks read their tensors from the file on each access
+    and keep none, so a caller that takes one tap at a time holds one tap in memory. `release`: called
+    once nothing reads the files any more (lazy: when the last block is gone; else before returning)."""
     out = Path(out_dir)
     doc = json.loads((out / "trace.json").read_text())
-    if lazy and doc["records"]:
-        file = TensorFile(out / "taps.safetensors")
-        records: list[TapRecord] = [
-            LazyTapRecord(file, i, **{**r, "name": sys.intern(r["name"])}) for i, r in enumerate(doc["records"])
+    if doc.get("format", 1) == 1:
+        trace = _load_format_1(out, doc)
+    elif doc["format"] == FORMAT:
+        names = [f"b{i}{suffix}" for i in range(len(doc["blocks"])) for suffix in BLOCK_TENSORS]
+        file = TensorFile(out / "taps.safetensors", names)
+        in_file = [
+            FileBlock(file, i, sys.intern(b["name"]), b["request"], b["rank"]) for i, b in enumerate(doc["blocks"])
         ]
+        blocks: list[TapBlock] = list(in_file) if lazy else [b.held() for b in in_file]
+        if lazy and blocks and release is not None:
+            weakref.finalize(file, _release_in, os.getpid(), release)  # the blocks hold the file, the trace them
+            release = None
+        trace = Trace(doc["engine"], doc["dtype"], _outputs(doc), meta=doc["meta"], blocks=blocks)
     else:
-        tensors = load_file(str(out / "taps.safetensors")) if doc["records"] else {}
-        records = [TapRecord(tensor=tensors[f"r{i}"], **r) for i, r in enumerate(doc["records"])]
-    return Trace(
-        engine=doc["engine"],
-        dtype=doc["dtype"],
-        meta=doc["meta"],
-        outputs=[RequestOutput(**o) for o in doc["outputs"]],
-        records=records,
-    )
+        raise ValueError(f"{out}: trace format {doc['format']}; this diffdx reads formats 1 and {FORMAT}")
+    if release is not None:
+        release()
+    return trace
+
+
+def _release_in(pid: int, release: Callable[[], None]) -> None:
+    if os.getpid() == pid:  # a forked child that drops its copy of the trace leaves the parent's files
+        release()
+
+
+def remove_folder(folder: Path) -> Callable[[], None]:
+    return lambda: shutil.rmtree(folder, ignore_errors=True)
+
+
+def _outputs(doc: dict) -> list[RequestOutput]:
+    return [RequestOutput(**o) for o in doc["outputs"]]
+
+
+def _load_format_1(out: Path, doc: dict) -> Trace:
+    """A format-1 trace (one tensor per record), read whole."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(out / "taps.safetensors")) if doc["records"] else {}
+    records = [TapRecord(tensor=tensors[f"r{i}"], **r) for i, r in enumerate(doc["records"])]
+    return Trace(doc["engine"], doc["dtype"], _outputs(doc), records, doc["meta"])
 
 
 # safetensors dtype names -> torch dtypes (the ones a trace holds: activations, token ids, masks)
@@ -113,25 +299,47 @@ SAFETENSORS_DTYPES = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
+SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+
+
+def write_blocks(path: Path, blocks: list[TapBlock]) -> None:
+    """Blocks -> one .safetensors file, the header first (from the blocks' layouts), then one block at
+    a time: saving a trace built from records holds one block's rows concatenated, not a copy of all."""
+    header: dict[str, dict] = {}
+    offset = 0
+    for i, block in enumerate(blocks):
+        for suffix, (dtype, shape) in zip(BLOCK_TENSORS, block.layouts(), strict=True):
+            size = dtype.itemsize * math.prod(shape)
+            header[f"b{i}{suffix}"] = {
+                "dtype": SAFETENSORS_NAMES[dtype],
+                "shape": list(shape),
+                "data_offsets": [offset, offset + size],
+            }
+            offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for block in blocks:
+            for x in block.tensors():
+                f.write(x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
 
 
 class TensorFile:
-    """One tensor at a time out of a .safetensors file, by plain reads. Not `safe_open`: it maps the
-    file, and every page a read touches stays resident in the process, so reading all taps one by
-    one would still end with the whole file in its RSS. Tensors are named by number (`r{i}`, as
-    `save` writes them); what is kept per tensor is compact, as a deep trace has tens of thousands."""
+    """Named tensors out of a .safetensors file, one at a time by plain reads. Not `safe_open`: it maps
+    the file, and every page a read touches stays resident in the process, so reading all taps one by
+    one would still end with the whole file in its RSS. What is kept per tensor is compact."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, names: list[str]):
         self.path = path
         with open(path, "rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(size))
-        count = len(header) - ("__metadata__" in header)
         layouts: dict[tuple, tuple] = {}  # (dtype, shape), one object per distinct layout
         self.layout: list[tuple] = []
         self.spans = array("q")  # first and end byte of tensor i at [2i], [2i + 1]
-        for i in range(count):
-            entry = header[f"r{i}"]
+        for name in names:
+            entry = header[name]
             key = (SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"]))
             self.layout.append(layouts.setdefault(key, key))
             self.spans.extend(8 + size + offset for offset in entry["data_offsets"])
@@ -143,20 +351,6 @@ class TensorFile:
             raw = bytearray(f.read(end - begin))
         flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         return flat.reshape(shape)
-
-
-class LazyTapRecord(TapRecord):
-    """A TapRecord whose tensor stays in its trace file until asked for (read anew on each access)."""
-
-    __slots__ = ("file", "number")
-
-    def __init__(self, file: TensorFile, number: int, name: str, step: int, request: int, positions, rank: int = 0):
-        self.file, self.number = file, number
-        self.name, self.step, self.request, self.positions, self.rank = name, step, request, positions, rank
-
-    @property
-    def tensor(self) -> torch.Tensor:
-        return self.file.get(self.number)
 
 
 def release_freed_memory() -> None:

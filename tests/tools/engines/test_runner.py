@@ -4,6 +4,8 @@ the tree under test fresh (its sitecustomize included)."""
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import os
 import signal
 import subprocess
@@ -56,6 +58,18 @@ def test_a_run_returns_its_trace_and_removes_its_folder(tmp_path, mode):
     trace = run_engine(tiny_job(), tree, workdir=tmp_path)
     assert len(trace.outputs[0].output_ids) == 2
     assert trace.meta["timing"]["engine_s"] > 0 and trace.meta["timing"]["startup_s"] >= 0
+    assert run_folders(tmp_path) == []
+
+
+def test_a_traced_run_s_folder_lives_as_long_as_its_trace(tmp_path, mode):
+    """The trace is read lazily from the run's folder (issue 14): the folder goes when the trace does."""
+    job = dataclasses.replace(tiny_job(), taps=["logits"])
+    trace = run_engine(job, None, workdir=tmp_path)
+    assert len(run_folders(tmp_path)) == 1
+    logits = [b.tensor for b in trace.blocks()]
+    assert [x.shape[0] for x in logits] == [2]  # a row per generated token, read from the folder
+    del trace
+    gc.collect()
     assert run_folders(tmp_path) == []
 
 

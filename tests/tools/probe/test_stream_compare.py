@@ -1,33 +1,127 @@
-"""The streaming compare (issue 14): traces read lazily, one tap at a time, give exactly the eager result."""
+"""The streaming compare (issue 14): traces stored as blocks (one tensor per tap and request) and read
+lazily, one tap at a time, give exactly the result of comparing the engines' records."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from tests.faults import MIN_P_HALVED, buggy_tinyserve
 from tools.probe import trace as trace_io
+from tools.probe.align import index
 from tools.probe.prober import Prober, compare_traces
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import from_dict
 
+TENSORS = [
+    torch.randn(3, 5, dtype=torch.float64),
+    torch.randn(2, 4).to(torch.bfloat16),
+    torch.randn(1, 7, dtype=torch.float16),
+    torch.tensor([[4], [9]], dtype=torch.int64),
+    torch.tensor([[True, False, True]]),
+    torch.zeros(0, 6),
+]
 
-def test_lazy_records_read_back_every_dtype_and_shape(tmp_path):
-    tensors = [
-        torch.randn(3, 5, dtype=torch.float64),
-        torch.randn(2, 4).to(torch.bfloat16),
-        torch.randn(1, 7, dtype=torch.float16),
-        torch.tensor([[4], [9]], dtype=torch.int64),
-        torch.tensor([[True, False, True]]),
-        torch.zeros(0, 6),
-    ]
-    records = [TapRecord(f"t{i}", i, 0, list(range(len(x))), x) for i, x in enumerate(tensors)]
-    trace_io.save(Trace("e", "bfloat16", [RequestOutput([1], [2])], records), tmp_path)
-    lazy = trace_io.load(tmp_path, lazy=True)
-    for i, (rec, x) in enumerate(zip(lazy.records, tensors, strict=True)):
-        assert rec.tensor.dtype == x.dtype and torch.equal(rec.tensor, x)
-        assert (rec.name, rec.step, rec.positions) == (f"t{i}", i, list(range(len(x))))
-    assert lazy.records[0].tensor is not lazy.records[0].tensor  # read anew each time: nothing is kept
+
+def mixed_records() -> list[TapRecord]:
+    """Every dtype and shape, a tap over several steps with a recomputed position, a record with no rows,
+    and records of one tap and request that cannot share a block (another rank, another dtype)."""
+    records = [TapRecord(f"t{i}", i, 0, list(range(len(x))), x) for i, x in enumerate(TENSORS)]
+    for step, positions in enumerate([[0, 1, 2], [3], [2, 4], [5]]):
+        for request in (0, 1):
+            records.append(TapRecord("layers.0.out", 10 + step, request, positions, torch.randn(len(positions), 3)))
+    records.append(TapRecord("layers.0.out", 20, 0, [4], torch.randn(1, 3), rank=1))
+    records.append(TapRecord("layers.0.out", 21, 0, [1], torch.randn(1, 3, dtype=torch.float64)))
+    records.append(TapRecord("layers.0.out", 22, 0, [6], torch.randn(1, 3)))
+    return records
+
+
+def as_fields(records: list[TapRecord]) -> list[tuple]:
+    return [(r.name, r.step, r.request, r.positions, r.rank, r.tensor.dtype, r.tensor.tolist()) for r in records]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_records_come_back_from_blocks_exactly(tmp_path, lazy):
+    records = mixed_records()
+    trace_io.save(Trace("e", "bfloat16", [RequestOutput([1], [2])], records, {"k": 1}), tmp_path)
+    back = trace_io.load(tmp_path, lazy=lazy)
+    assert len(back.blocks()) == len(TENSORS) + 2 + 3  # a block per tap and request, and per rank or dtype change
+    assert as_fields(back.records) == as_fields(records)
+    assert back.taps() == list(dict.fromkeys(r.name for r in records)) and back.meta == {"k": 1}
+    if lazy:  # read anew each time: nothing is kept
+        assert back.blocks()[0].tensor is not back.blocks()[0].tensor
+
+
+def row_by_row(records: list[TapRecord]) -> dict:
+    """The regrouping the compare did per record before blocks (the reference the block version must equal)."""
+    slots: dict[tuple, dict[int, tuple]] = {}
+    for rec in records:
+        for i, pos in enumerate(rec.positions):
+            slots.setdefault((rec.name, rec.request), {})[pos] = (rec.step, rec.tensor[i])
+    return {
+        key: (sorted(slot), [slot[p][0] for p in sorted(slot)], torch.stack([slot[p][1] for p in sorted(slot)]))
+        for key, slot in slots.items()
+    }
+
+
+def test_rows_per_tap_are_the_record_by_record_ones(tmp_path):
+    records = [r for r in mixed_records() if r.positions]
+    trace_io.save(Trace("e", "float32", [RequestOutput([1], [2])], records), tmp_path)
+    expected = row_by_row(records)
+    for trace in (Trace("e", "float32", [], records), trace_io.load(tmp_path), trace_io.load(tmp_path, lazy=True)):
+        rows = index(trace)
+        assert rows.keys() == expected.keys()
+        for key, (positions, steps, tensor) in expected.items():
+            assert (rows[key].positions, rows[key].steps) == (positions, steps), key
+            assert rows[key].tensor.dtype == tensor.dtype and torch.equal(rows[key].tensor, tensor), key
+
+
+def test_a_trace_file_is_plain_safetensors(tmp_path):
+    records = mixed_records()
+    trace_io.save(Trace("e", "float32", [], records), tmp_path)
+    blocks = trace_io.load(tmp_path).blocks()
+    with safe_open(str(tmp_path / "taps.safetensors"), "pt") as f:
+        assert len(list(f.keys())) == 3 * len(blocks)
+        for i, block in enumerate(blocks):
+            assert torch.equal(f.get_tensor(f"b{i}"), block.tensor)
+            assert torch.equal(f.get_tensor(f"b{i}.positions"), block.positions)
+            assert torch.equal(f.get_tensor(f"b{i}.records"), block.table)
+
+
+def save_format_1(trace: Trace, folder) -> None:
+    """A trace as diffdx wrote it before blocks: a tensor per record, each record's fields in trace.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({f"r{i}": r.tensor.contiguous() for i, r in enumerate(trace.records)}, str(folder / "taps.safetensors"))
+    doc = {
+        "engine": trace.engine,
+        "dtype": trace.dtype,
+        "meta": trace.meta,
+        "outputs": [vars(o) for o in trace.outputs],
+        "records": [
+            {"name": r.name, "step": r.step, "request": r.request, "positions": r.positions, "rank": r.rank}
+            for r in trace.records
+        ],
+    }
+    (folder / "trace.json").write_text(json.dumps(doc))
+
+
+def test_format_1_traces_are_still_read(tmp_path):
+    records = mixed_records()
+    save_format_1(Trace("e", "float32", [RequestOutput([1], [2])], records), tmp_path)
+    for lazy in (False, True):
+        assert as_fields(trace_io.load(tmp_path, lazy=lazy).records) == as_fields(records)
+
+
+def test_an_unknown_format_is_refused(tmp_path):
+    trace_io.save(Trace("e", "float32", [], []), tmp_path)
+    doc = json.loads((tmp_path / "trace.json").read_text())
+    (tmp_path / "trace.json").write_text(json.dumps({**doc, "format": 99}))
+    with pytest.raises(ValueError, match="format 99"):
+        trace_io.load(tmp_path)
 
 
 def scenario():
@@ -68,13 +162,28 @@ def probed(tmp_path_factory):
     return sc, (target, low, high), folder
 
 
-def test_streaming_compare_equals_the_eager_compare_exactly(probed):
+def test_streaming_compare_equals_the_eager_compare_exactly(probed, tmp_path):
     sc, (target, low, high), folder = probed
-    eager = compare_traces(sc, target, low, high)  # what the probe computes from the engines' traces
-    loaded = [trace_io.load(folder / n) for n in ("target", "low", "high")]
-    lazy = [trace_io.load(folder / n, lazy=True) for n in ("target", "low", "high")]
+    # what the engines recorded, one record per tap, request and step, as the compare got it before blocks
+    as_recorded = [Trace(t.engine, t.dtype, t.outputs, t.records, t.meta) for t in (target, low, high)]
+    for trace in as_recorded:  # the rows each tap is compared on are the ones regrouped record by record
+        rows, expected = index(trace), row_by_row(trace.records)
+        assert rows.keys() == expected.keys()
+        for key, (positions, steps, tensor) in expected.items():
+            assert (rows[key].positions, rows[key].steps) == (positions, steps) and torch.equal(
+                rows[key].tensor, tensor
+            )
+    eager = compare_traces(sc, *as_recorded)
     assert eager.first is not None and eager.first.tap == "sampler.probs", eager.summary  # a real divergence
-    for other in (compare_traces(sc, *loaded), compare_traces(sc, *lazy)):
+    for name, trace in zip(("target", "low", "high"), as_recorded, strict=True):
+        save_format_1(trace, tmp_path / name)
+    others = [
+        compare_traces(sc, target, low, high),  # the runner's traces, read lazily from its run folders
+        compare_traces(sc, *(trace_io.load(folder / n) for n in ("target", "low", "high"))),
+        compare_traces(sc, *(trace_io.load(folder / n, lazy=True) for n in ("target", "low", "high"))),
+        compare_traces(sc, *(trace_io.load(tmp_path / n) for n in ("target", "low", "high"))),  # format 1
+    ]
+    for other in others:
         assert other.to_dict() == eager.to_dict()
         assert other.first == eager.first
         assert len(other.stats) == len(eager.stats) > 0
