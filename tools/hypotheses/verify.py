@@ -235,6 +235,9 @@ def prefer_callee(
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
         if credit_new_helper(repo, h, used, before, after, called_name(used, reach) or ""):
             return used
+    elif touched_only and not dropped and (deeper := isolated_helper(repo, h, suspects, repro, prober)):
+        withdraw(h, deeper, "reaches")
+        return deeper
     for c in callees:
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
@@ -299,9 +302,46 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     return True
 
 
-def function_source(repo: Path, h: Hypothesis) -> str | None:
-    """h's function as it stands at HEAD."""
+DEEPER_HELPERS_TRIED = 2  # new helpers further down given their own caller's old inline code
+
+
+def isolated_helper(
+    repo: Path, h: Hypothesis, suspects: list[Hypothesis], repro: Reproduction, prober: Prober
+) -> Hypothesis | None:
+    """A helper h's commit created further down the path than h (h's restore only changes what it
+    hands down: an argument the commit threads through to it): each such helper whose own caller, a
+    function the commit changed too, computed its value inline before is given that old inline code as
+    its body (verify_inlined, its caller kept as it is now). The first that verifies takes the credit."""
     index = open_index(repo, include_tests=False)
+    tried = 0
+    for c in [c for c in suspects if c is not h and not c.verified and c.score >= 0 and c.commit == h.commit]:
+        if tried >= DEEPER_HELPERS_TRIED or not is_new(repo, c):
+            continue
+        for caller in (s for s in suspects if s not in (h, c) and s.commit == h.commit and s.file == c.file):
+            now, old = function_source(repo, caller, index), old_source(repo, caller)
+            helper = function_source(repo, c, index) or ""
+            if not now or not old or inline_version(helper, now, old, c.function) is None:
+                continue  # it does not call c as `name = c(...)`, or c has no old inline code there
+            tried += 1
+            if verify_inlined(repo, caller, c, now, old, repro, prober):
+                return c
+            break
+    return None
+
+
+def old_source(repo: Path, h: Hypothesis) -> str | None:
+    """h's function as it stood before h's commit."""
+    try:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    except GitError:
+        return None
+    sym = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+    return old.read(sym) if sym is not None else None
+
+
+def function_source(repo: Path, h: Hypothesis, index=None) -> str | None:
+    """h's function as it stands at HEAD."""
+    index = index or open_index(repo, include_tests=False)
     sym = next((s for s in index.find(h.function) if s.file == h.file and s.qualname == h.function), None)
     return index.read(sym) if sym is not None else None
 

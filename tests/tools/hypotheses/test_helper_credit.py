@@ -89,13 +89,15 @@ def diagnose(repo: Path, cands: list[Hypothesis]) -> list[Hypothesis]:
 
 @pytest.fixture
 def refactored(tmp_path):
-    """Commit `silu_and_mul` rewritten as `new_caller`, with `appended` (the new helpers) added to its
-    file, to a fresh copy of the subject; diagnose with the caller and the named helpers as suspects,
+    """Commit `silu_and_mul` (or the code `before`, committed first) rewritten as `new_caller`, with
+    `appended` (the new helpers) added to its file, to a fresh copy of the subject; diagnose with the caller and the named helpers as suspects,
     scored in that order. -> (ranked, caller, *helpers)."""
 
-    def run(new_caller: str, appended: str, *helpers: str) -> tuple[list[Hypothesis], ...]:
+    def run(new_caller: str, appended: str, *helpers: str, before: str = CALLER) -> tuple[list[Hypothesis], ...]:
         repo = tree_at_base(tmp_path / "repo", None)
-        sha = commit(repo, ACT, CALLER, new_caller, appended)
+        if before != CALLER:  # an earlier commit puts `before` (the caller and its helpers) in its place
+            commit(repo, ACT, CALLER, before)
+        sha = commit(repo, ACT, before, new_caller, appended)
         cands = [suspect(f, sha, float(len(helpers) + 1 - i)) for i, f in enumerate(("silu_and_mul", *helpers))]
         return (diagnose(repo, list(cands)), *cands)
 
@@ -238,6 +240,46 @@ def test_a_caller_that_moved_code_faithfully_into_a_new_helper_keeps_the_credit_
     assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
     assert any("a faithful move" in e and "remaining change carries" in e for e in caller.evidence)
     assert not helper.verified and any("moved unchanged" in e for e in helper.evidence)
+
+
+# A chain that already existed: the commit threads a new flag from the kernel down through two
+# functions to a new helper, which computes wrongly when the flag is set.
+CHAIN = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    d = x.shape[-1] // 2
+    return _times_up(x, d{flag})
+
+
+def _times_up(x: torch.Tensor, d: int{param}) -> torch.Tensor:
+    return _gate(x, d{passed}).mul_(x[..., d:])
+
+
+def _gate(x: torch.Tensor, d: int{param}) -> torch.Tensor:
+    out = {gate}
+    return out
+"""
+FAST_GATE = """
+
+def _activated(x: torch.Tensor, d: int, fast: bool) -> torch.Tensor:
+    gate = x[..., :d]
+    return gate * torch.sigmoid(1.5 * gate) if fast else F.silu(gate)
+"""
+
+
+@slow
+def test_a_new_helper_a_threaded_argument_reaches_is_isolated_through_its_own_caller(refactored):
+    """Regression (held-out: the kernel that passes a new argument down was credited, the new helper
+    three calls down was not in the top 5): restoring the top function drops the argument; the
+    functions in between cannot be restored (their old versions do not take it). The new helper's own
+    caller, changed by the same commit, computed its value inline before: the helper given that code
+    as its body, the divergence vanishes, so the helper takes the credit."""
+    before = CHAIN.format(flag="", param="", passed="", gate="F.silu(x[..., :d])")
+    now = CHAIN.format(flag=", fast=True", param=", fast: bool = False", passed=", fast", gate="_activated(x, d, fast)")
+    ranked, top, times_up, gate, helper = refactored(now, FAST_GATE, "_times_up", "_gate", "_activated", before=before)
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "its body replaced by the code _gate computed it with before" in helper.evidence[0]
+    assert not top.verified and "credited to the callee" in top.evidence[0]
+    assert top in ranked[:5]
 
 
 def test_only_its_use_discounts_moved_code_and_the_code_a_call_replaced():
