@@ -4,7 +4,11 @@ computed the same value with before the commit.
 A commit that moves a computation into a new helper changes two functions at once, and restoring the
 caller (which drops the call) removes a fault in either. The helper's version built here keeps the
 caller as it is now and puts the caller's old inline code in the helper's place, so a re-probe tells
-whose own change carries the behaviour change. Pure functions over Python source; nothing runs here.
+whose own change carries the behaviour change. Where no such version can be built (the call is a
+return value or an argument, takes expressions), the caller's change read statement by statement
+tells the same without a probe: a caller whose change is nothing but its use of the new helper
+credits the helper, unless the helper's body is the code the caller lost, moved unchanged.
+Pure functions over Python source; nothing runs here.
 """
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ def isolated_helper(
     for c in [c for c in suspects if c is not h and not c.verified and c.score >= 0 and c.commit == h.commit]:
         if tried >= DEEPER_HELPERS_TRIED or not is_new(repo, c):
             continue
-        for caller in (s for s in suspects if s not in (h, c) and s.commit == h.commit and s.file == c.file):
+        for caller in (s for s in suspects if s is not h and s is not c and s.commit == h.commit and s.file == c.file):
             now, old = function_source(repo, caller, index), old_source(repo, caller)
             helper = function_source(repo, c, index) or ""
             if not now or not old or inline_version(helper, now, old, c.function) is None:
