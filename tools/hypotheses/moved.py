@@ -198,9 +198,9 @@ def _parameters(fn: Function, use: ast.expr) -> dict[str, ast.expr]:
     a = fn.args
     params = [x.arg for x in (*a.posonlyargs, *a.args)]
     bound: dict[str, ast.expr] = {}
-    if isinstance(use, ast.Attribute) or (isinstance(use, ast.Call) and isinstance(use.func, ast.Attribute)):
-        if params and params[0] in ("self", "cls"):
-            bound[params.pop(0)] = use.value if isinstance(use, ast.Attribute) else use.func.value  # type: ignore[union-attr]
+    owner = use if isinstance(use, ast.Attribute) else use.func if isinstance(use, ast.Call) else None
+    if isinstance(owner, ast.Attribute) and params and params[0] in ("self", "cls"):
+        bound[params.pop(0)] = owner.value  # `obj.helper(...)`: obj is its self
     if not isinstance(use, ast.Call):
         return bound
     if any(isinstance(x, ast.Starred) for x in use.args) or any(k.arg is None for k in use.keywords):
