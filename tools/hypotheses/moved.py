@@ -4,13 +4,19 @@ computed the same value with before the commit.
 A commit that moves a computation into a new helper changes two functions at once, and restoring the
 caller (which drops the call) removes a fault in either. The helper's version built here keeps the
 caller as it is now and puts the caller's old inline code in the helper's place, so a re-probe tells
-whose own change carries the behaviour change. Pure functions over Python source; nothing runs here.
+whose own change carries the behaviour change. Where no such version can be built (the call is a
+return value or an argument, takes expressions), the caller's change read statement by statement
+tells the same without a probe: a caller whose change is nothing but its use of the new helper
+credits the helper, unless the helper's body is the code the caller lost, moved unchanged.
+Pure functions over Python source; nothing runs here.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import textwrap
+from collections import Counter
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -47,7 +53,172 @@ def same_def(a: str, b: str) -> bool:
     fa, fb = function_node(a), function_node(b)
     if fa is None or fb is None:
         return False
-    return [ast.dump(st) for st in _code(fa)] == [ast.dump(st) for st in _code(fb)]
+    return [_key(st) for st in _code(fa)] == [_key(st) for st in _code(fb)]
+
+
+# ---- a caller's change read statement by statement -------------------------------------------------
+#
+# A statement is compared without its place: a compound statement contributes its header (an `if`
+# with its test, its branches emptied) and its inner statements one by one, so code that only moved
+# into or out of a branch, or up or down, is not a change. What is left on each side is what the
+# commit took out of the caller (`lost`) and what it put in (`gained`).
+
+
+def changed_statements(now_src: str, old_src: str) -> tuple[list[ast.AST], list[ast.AST]] | None:
+    """(gained, lost): statements of the caller now that its old version lacks, and the reverse,
+    counted as multisets (docstrings aside); None where either does not parse as a def."""
+    now, old = function_node(now_src), function_node(old_src)
+    if now is None or old is None:
+        return None
+    return _missing(_units(now.body), _units(old.body)), _missing(_units(old.body), _units(now.body))
+
+
+def only_its_use(now_src: str, old_src: str, name: str) -> bool:
+    """The caller's change (its old version -> now) is nothing but its use of `name`: its signature is
+    the same, and every statement it gained calls or reads `name`, or is a branch that guards only
+    such statements. Moved or re-nested code and the code the call replaced do not count."""
+    now, old = function_node(now_src), function_node(old_src)
+    changed = changed_statements(now_src, old_src)
+    if now is None or old is None or changed is None or _key(now.args) != _key(old.args):
+        return False
+    gained, _ = changed
+    return bool(gained) and all(_uses(u, name) or _guards(u, name) for u in gained)
+
+
+def faithful_move(helper_src: str, now_src: str, old_src: str, name: str) -> bool:
+    """The helper's body, its parameters replaced by what the caller now passes them, is code the
+    caller lost: its statements are lost statements and the value it returns is an expression of one
+    (the commit moved that code, unchanged, into the helper; a behaviour change of the pair is then in
+    what else the caller changed). A procedure's whole body must be lost statements."""
+    fn, now = function_node(helper_src), function_node(now_src)
+    changed = changed_statements(now_src, old_src)
+    site = _use_site(now, name) if now is not None else None
+    if fn is None or site is None or changed is None:
+        return False
+    own = _code(fn)
+    returns = [n for st in own for n in ast.walk(st) if isinstance(n, ast.Return)]
+    if returns and (len(returns) > 1 or own[-1] is not returns[0] or not _computes(returns[0].value)):
+        return False  # several ways out, or it hands back a name or a constant: nothing moved to compare
+    body = [_substituted(st, _parameters(fn, site[1])) for st in own]
+    value = body[-1].value if returns else None  # type: ignore[attr-defined]
+    lost = changed[1]
+    statements = body[:-1] if returns else body
+    if not body or Counter(_key(u) for u in _units(statements)) - Counter(_key(u) for u in lost):
+        return False
+    return value is None or any(_key(n) == _key(value) for u in lost for n in ast.walk(u) if isinstance(n, ast.expr))
+
+
+def lost_text(now_src: str, old_src: str, limit: int = 2) -> str:
+    """The first statements the caller lost, as source (for evidence)."""
+    changed = changed_statements(now_src, old_src)
+    lost = [ast.unparse(u).splitlines()[0] for u in (changed[1] if changed else [])]
+    return "; ".join(lost[:limit]) + ("; …" if len(lost) > limit else "")
+
+
+def _units(body: list[ast.stmt]) -> list[ast.AST]:
+    """Every statement of `body`, nested ones included, compound ones as their header only."""
+    out: list[ast.AST] = []
+    for st in body:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+            continue  # a docstring or a bare string: no behaviour
+        inner = [
+            f for f in ("body", "orelse", "handlers", "finalbody", "cases") if isinstance(getattr(st, f, None), list)
+        ]
+        if not inner:
+            out.append(st)
+            continue
+        header = copy.copy(st)
+        for f in inner:
+            setattr(header, f, [])
+        header._branches = st  # type: ignore[attr-defined]  # the statement it heads, for _guards
+        out.append(header)
+        for f in inner:
+            for x in getattr(st, f):
+                out += _units(x.body) if isinstance(x, (ast.ExceptHandler, ast.match_case)) else _units([x])
+    return out
+
+
+def _missing(a: list[ast.AST], b: list[ast.AST]) -> list[ast.AST]:
+    """The units of `a` left once each unit of `b` has cancelled one equal unit of `a`."""
+    left = Counter(_key(u) for u in b)
+    out = []
+    for u in a:
+        k = _key(u)
+        if left[k]:
+            left[k] -= 1
+        else:
+            out.append(u)
+    return out
+
+
+def _key(node: ast.AST) -> str:
+    return ast.dump(node)
+
+
+def _computes(value: ast.expr | None) -> bool:
+    return value is not None and not isinstance(value, (ast.Name, ast.Constant))
+
+
+def _uses(node: ast.AST, name: str) -> bool:
+    """The statement (a compound one: its header) calls or reads `name`, also as `obj.name`."""
+    return any(
+        (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+        for n in ast.walk(node)
+    )
+
+
+def _guards(node: ast.AST, name: str) -> bool:
+    """A branch (`if`/`elif`) whose own body is nothing but statements that use `name`."""
+    st = getattr(node, "_branches", None)
+    return isinstance(st, ast.If) and bool(st.body) and all(_uses(u, name) for u in _units(st.body))
+
+
+def _use_site(fn: Function, name: str) -> tuple[ast.AST, ast.expr] | None:
+    """(statement, expression) of fn's first call of `name` (`name(...)`, `obj.name(...)`), else of its
+    first read `obj.name` (a property)."""
+    units = _units(fn.body)
+    for wanted in (ast.Call, ast.Attribute):
+        for u in units:
+            for n in ast.walk(u):
+                if isinstance(n, wanted) and _named(n, name):
+                    return u, n
+    return None
+
+
+def _named(n: ast.expr, name: str) -> bool:
+    target = n.func if isinstance(n, ast.Call) else n
+    return (isinstance(target, ast.Name) and target.id == name) or (
+        isinstance(target, ast.Attribute) and target.attr == name
+    )
+
+
+def _parameters(fn: Function, use: ast.expr) -> dict[str, ast.expr]:
+    """{helper's parameter: the expression the call hands it} (defaults for those it leaves out; the
+    object for `self`); empty where the call spreads `*args` / `**kwargs`."""
+    a = fn.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args)]
+    bound: dict[str, ast.expr] = {}
+    owner = use if isinstance(use, ast.Attribute) else use.func if isinstance(use, ast.Call) else None
+    if isinstance(owner, ast.Attribute) and params and params[0] in ("self", "cls"):
+        bound[params.pop(0)] = owner.value  # `obj.helper(...)`: obj is its self
+    if not isinstance(use, ast.Call):
+        return bound
+    if any(isinstance(x, ast.Starred) for x in use.args) or any(k.arg is None for k in use.keywords):
+        return {}
+    defaults = dict(zip(params[len(params) - len(a.defaults) :], a.defaults))
+    defaults |= {k.arg: d for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
+    bound |= defaults | dict(zip(params, use.args)) | {k.arg: k.value for k in use.keywords if k.arg}
+    return bound
+
+
+def _substituted(st: ast.stmt, bound: dict[str, ast.expr]) -> ast.stmt:
+    """A copy of `st` with every read of a parameter replaced by the expression bound to it."""
+
+    class Bind(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return copy.deepcopy(bound[node.id]) if node.id in bound and isinstance(node.ctx, ast.Load) else node
+
+    return Bind().visit(copy.deepcopy(st))
 
 
 def result_binding(fn: Function, helper: str) -> tuple[str, ast.Call] | None:

@@ -21,7 +21,15 @@ from tools.history.gitrepo import (
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
-from tools.hypotheses.moved import function_node, inline_version, same_def, with_body
+from tools.hypotheses.moved import (
+    faithful_move,
+    function_node,
+    inline_version,
+    lost_text,
+    only_its_use,
+    same_def,
+    with_body,
+)
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.probe import taps as tapnames
 from tools.probe.prober import Prober
@@ -221,17 +229,15 @@ def prefer_callee(
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
         return broken
-    used = next((c for c in callees if only_use_changed(before, after, called_name(c, reach) or "")), None)
+    used = next((c for c in callees if use_only_changed(before, after, called_name(c, reach) or "")), None)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
         h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
-        how = (
-            f"restoring its caller {h.function}, whose change is only its use of {used.function}, "
-            "removes the divergence"
-        )
-        mark_verified(used, "restore", how, h.verifying_diff)
-        withdraw(h, used, "only changes its use of")
-        return used
+        if credit_new_helper(repo, h, used, before, after, called_name(used, reach) or ""):
+            return used
+    elif touched_only and not dropped and (deeper := isolated_helper(repo, h, suspects, repro, prober)):
+        withdraw(h, deeper, "reaches")
+        return deeper
     for c in callees:
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
@@ -263,12 +269,81 @@ def first_callee_verified(
     for c in callees:
         # a function the commit created has no previous version: its template edits are its last
         # counterfactual, unless the caller's restore changes nothing but its use (credited later)
-        only_its_use = not dropped and only_use_changed(before, after, called_name(c, reach) or "")
-        if not touched_only or (is_new(repo, c) and not only_its_use):
+        use_only = not dropped and use_only_changed(before, after, called_name(c, reach) or "")
+        if not touched_only or (is_new(repo, c) and not use_only):
             verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
             if c.verified:
                 return c
     return None
+
+
+def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, after: str, name: str) -> bool:
+    """h's verifying restore changes nothing but its use of `used`, a function h's commit created:
+    the restore takes `used`'s code off the path and puts back the code h lost. Unless `used`'s body
+    is that lost code moved unchanged (then h's remaining change carries the divergence and h keeps
+    the credit), the credit goes to `used`. Returns whether it did."""
+    commit = (used.commit or "")[:10]
+    if faithful_move(function_source(repo, used) or "", before, after, name):
+        h.evidence.append(
+            f"its verifying restore changes only its use of {used.function}, but {used.function}'s body is "
+            "the code it lost, moved unchanged (a faithful move): its own remaining change carries the divergence"
+        )
+        used.evidence.append(f"its body is the code its caller {h.function} lost, moved unchanged: a faithful move")
+        return False
+    lost = lost_text(before, after)
+    body = f"not the code {h.function} lost (`{lost}`)" if lost else f"code {h.function} did not have before"
+    how = (
+        f"restoring its caller {h.function}, whose change is only its use of {used.function}, removes the "
+        f"divergence; {used.function} is new in {commit} and its body is {body}, so the behaviour the restore "
+        f"takes off the path is {used.function}'s own code: it outranks its caller"
+    )
+    mark_verified(used, "restore", how, h.verifying_diff)
+    withdraw(h, used, "only changes its use of")
+    return True
+
+
+DEEPER_HELPERS_TRIED = 2  # new helpers further down given their own caller's old inline code
+
+
+def isolated_helper(
+    repo: Path, h: Hypothesis, suspects: list[Hypothesis], repro: Reproduction, prober: Prober
+) -> Hypothesis | None:
+    """A helper h's commit created further down the path than h (h's restore only changes what it
+    hands down: an argument the commit threads through to it): each such helper whose own caller, a
+    function the commit changed too, computed its value inline before is given that old inline code as
+    its body (verify_inlined, its caller kept as it is now). The first that verifies takes the credit."""
+    index = open_index(repo, include_tests=False)
+    tried = 0
+    for c in [c for c in suspects if c is not h and not c.verified and c.score >= 0 and c.commit == h.commit]:
+        if tried >= DEEPER_HELPERS_TRIED or not is_new(repo, c):
+            continue
+        for caller in (s for s in suspects if s is not h and s is not c and s.commit == h.commit and s.file == c.file):
+            now, old = function_source(repo, caller, index), old_source(repo, caller)
+            helper = function_source(repo, c, index) or ""
+            if not now or not old or inline_version(helper, now, old, c.function) is None:
+                continue  # it does not call c as `name = c(...)`, or c has no old inline code there
+            tried += 1
+            if verify_inlined(repo, caller, c, now, old, repro, prober):
+                return c
+            break
+    return None
+
+
+def old_source(repo: Path, h: Hypothesis) -> str | None:
+    """h's function as it stood before h's commit."""
+    try:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    except GitError:
+        return None
+    sym = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+    return old.read(sym) if sym is not None else None
+
+
+def function_source(repo: Path, h: Hypothesis, index=None) -> str | None:
+    """h's function as it stands at HEAD."""
+    index = index or open_index(repo, include_tests=False)
+    sym = next((s for s in index.find(h.function) if s.file == h.file and s.qualname == h.function), None)
+    return index.read(sym) if sym is not None else None
 
 
 def passed_on(repo: Path, h: Hypothesis, touched: set[str], suspects: list[Hypothesis]) -> set[str]:
@@ -322,6 +397,13 @@ def only_use_changed(before: str, after: str, name: str) -> bool:
     nothing but how the function uses it."""
     removed = [line[1:] for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line.startswith("- ")]
     return bool(removed) and all(name in line for line in removed)
+
+
+def use_only_changed(before: str, after: str, name: str) -> bool:
+    """The edit before -> after changes nothing but the function's use of `name`: line by line
+    (only_use_changed), or statement by statement with moved code and the code a call replaced not
+    counted (tools.hypotheses.moved.only_its_use: a call as a return value, an argument, a new branch)."""
+    return bool(name) and (only_use_changed(before, after, name) or only_its_use(before, after, name))
 
 
 def breaks_contract(h: Hypothesis) -> bool:

@@ -7,6 +7,7 @@ caller drops the calls, so it removes a fault in either: these tests pin down wh
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,15 @@ import pytest
 
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
-from tools.hypotheses.moved import backward_slice, function_node, inline_version, same_def
+from tools.hypotheses.moved import (
+    backward_slice,
+    changed_statements,
+    faithful_move,
+    function_node,
+    inline_version,
+    only_its_use,
+    same_def,
+)
 from tools.hypotheses.verify import passthrough_version, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
@@ -78,21 +87,33 @@ def diagnose(repo: Path, cands: list[Hypothesis]) -> list[Hypothesis]:
     return verify(repo, cands, repro, prober, None)
 
 
-def test_a_new_helper_whose_own_code_carries_the_change_takes_the_credit_from_its_restored_caller(tmp_path):
+@pytest.fixture
+def refactored(tmp_path):
+    """Commit `silu_and_mul` (or the code `before`, committed first) rewritten as `new_caller`, with
+    `appended` (the new helpers) added to its file, to a fresh copy of the subject; diagnose with the caller and the named helpers as suspects,
+    scored in that order. -> (ranked, caller, *helpers)."""
+
+    def run(new_caller: str, appended: str, *helpers: str, before: str = CALLER) -> tuple[list[Hypothesis], ...]:
+        repo = tree_at_base(tmp_path / "repo", None)
+        if before != CALLER:  # an earlier commit puts `before` (the caller and its helpers) in its place
+            commit(repo, ACT, CALLER, before)
+        sha = commit(repo, ACT, before, new_caller, appended)
+        cands = [suspect(f, sha, float(len(helpers) + 1 - i)) for i, f in enumerate(("silu_and_mul", *helpers))]
+        return (diagnose(repo, list(cands)), *cands)
+
+    return run
+
+
+def test_a_new_helper_whose_own_code_carries_the_change_takes_the_credit_from_its_restored_caller(refactored):
     """Regression (the caller was credited): a commit moves a computation out of a function into a
     new value-returning helper and gets it wrong there. Restoring the caller removes the divergence,
     the helper has no earlier version and no template repairs it; with the caller kept as it is and the
     helper's body made the caller's old inline code, the divergence vanishes: the helper is at fault."""
-    repo = tree_at_base(tmp_path / "repo", None)
-    sha = commit(
-        repo,
-        ACT,
-        CALLER,
+    ranked, caller, helper = refactored(
         MOVED_CALLER.format(up="x[..., d:]"),
         HELPER.format(body="F.gelu(x[..., : x.shape[-1] // 2])"),
+        "_activated_gate",
     )
-    caller, helper = suspect("silu_and_mul", sha, 2.0), suspect("_activated_gate", sha, 1.0)
-    ranked = diagnose(repo, [caller, helper])
     assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
     assert "computed it with before" in helper.evidence[0] and "silu_and_mul kept as it is now" in helper.evidence[0]
     assert "+    out = F.silu(x[..., :d])" in helper.verifying_diff
@@ -100,20 +121,15 @@ def test_a_new_helper_whose_own_code_carries_the_change_takes_the_credit_from_it
 
 
 @slow
-def test_a_caller_whose_own_change_carries_the_fault_keeps_the_credit_from_its_correct_new_helper(tmp_path):
+def test_a_caller_whose_own_change_carries_the_fault_keeps_the_credit_from_its_correct_new_helper(refactored):
     """The other side of the rule: the helper computes what the caller's old code did (written
     differently), and the caller's own change multiplies by the wrong half. The helper given the old
     inline code leaves the divergence, so the restored caller keeps the credit."""
-    repo = tree_at_base(tmp_path / "repo", None)
-    sha = commit(
-        repo,
-        ACT,
-        CALLER,
+    ranked, caller, helper = refactored(
         MOVED_CALLER.format(up="x[..., :d]"),
         HELPER.format(body="F.silu(x[..., : x.shape[-1] // 2])"),
+        "_activated_gate",
     )
-    caller, helper = suspect("silu_and_mul", sha, 2.0), suspect("_activated_gate", sha, 1.0)
-    ranked = diagnose(repo, [caller, helper])
     assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
     assert not helper.verified
     assert any("leaves the divergence: the caller's own change carries it" in e for e in helper.evidence)
@@ -146,20 +162,154 @@ def _pad_rows(x: torch.Tensor, n: int) -> torch.Tensor:
 
 @slow
 def test_a_template_edit_that_masks_the_fault_by_skipping_it_does_not_outrank_a_restore_like_counterfactual(
-    tmp_path,
+    refactored,
 ):
     """Regression (a count helper was credited by a template edit that makes it zero, which skips the
     faulty padder it sizes): the restored caller's new callees are each first given their restore-like
     counterfactual (the padder's own do-nothing path, as before it existed), and templates only after."""
-    repo = tree_at_base(tmp_path / "repo", None)
-    sha = commit(repo, ACT, CALLER, PADDED_CALLER, PADDING)
-    caller = suspect("silu_and_mul", sha, 3.0)
-    count, padder = suspect("_rows_to_pad", sha, 2.0), suspect("_pad_rows", sha, 1.0)
-    ranked = diagnose(repo, [caller, count, padder])
+    ranked, caller, count, padder = refactored(PADDED_CALLER, PADDING, "_rows_to_pad", "_pad_rows")
     assert ranked[0] is padder and padder.verified and padder.verified_by == "restore"
     assert "a pass-through of its inputs (as before that commit)" in padder.evidence[0]
     assert "+    return x" in padder.verifying_diff
     assert not count.verified and not caller.verified
+
+
+# The commit replaces the caller's inline code by a call of a new helper that the caller does not bind
+# to the name its old code assigned from plain names, so the helper cannot be given that old code as its
+# body; {use} is the call's place: a return value, an argument, a call with attribute arguments.
+USED_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    d = x.shape[-1] // 2
+    {use}
+"""
+ACTIVATED = """
+
+def _activated(gate: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    # [T, I] -> [T, I]
+    return {body}
+"""
+GATED = """
+
+def _gated(x: torch.Tensor, d: int) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    return F.gelu(x[..., :d]) * x[..., d:]
+"""
+HELPER_AT_FAULT = {
+    "a return value": (USED_CALLER.format(use="return _gated(x, d)"), GATED, "_gated"),
+    "an argument": (
+        USED_CALLER.format(use="return torch.mul(_activated(x[..., :d]), x[..., d:])"),
+        ACTIVATED.format(body="F.gelu(gate)"),
+        "_activated",
+    ),
+    "attribute arguments": (
+        USED_CALLER.format(use="out = _activated(x[..., :d], x.dtype)\n    return out.mul_(x[..., d:])"),
+        ACTIVATED.format(body="F.gelu(gate).to(dtype)"),
+        "_activated",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "place", [pytest.param(p, marks=[] if p == "a return value" else slow) for p in HELPER_AT_FAULT]
+)
+def test_a_new_helper_the_restored_caller_only_calls_outranks_it_wherever_the_call_stands(refactored, place):
+    """Regression (held-out hard cases: the caller was credited): a commit replaces inline code by a
+    call of a new helper and gets the helper wrong; the call is a return value, an argument of another
+    call, or takes attribute arguments. Restoring the caller removes the divergence; its change is only
+    its use of the helper, whose body is not the code the caller lost: the helper ranks first, and the
+    evidence says why."""
+    new_caller, helper_code, name = HELPER_AT_FAULT[place]
+    ranked, caller, helper = refactored(new_caller, helper_code, name)
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert f"whose change is only its use of {name}" in helper.evidence[0]
+    assert "not the code silu_and_mul lost (`out = F.silu(x[..., :d])" in helper.evidence[0]
+    assert "it outranks its caller" in helper.evidence[0]
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]
+    assert "+    out = F.silu(x[..., :d])" in helper.verifying_diff  # the caller's restore, shown
+    assert caller in ranked[:5]
+
+
+@slow
+def test_a_caller_that_moved_code_faithfully_into_a_new_helper_keeps_the_credit_for_its_own_change(refactored):
+    """The other side: the helper's body is the code the caller lost, moved unchanged (its parameter
+    renamed), and the caller's own remaining change multiplies by the wrong half. Restoring the caller
+    removes the divergence and its change is only around its use of the helper, but the move is faithful:
+    the caller keeps the credit."""
+    new_caller = USED_CALLER.format(use="return _activated(x[..., :d]).mul_(x[..., :d])")
+    ranked, caller, helper = refactored(new_caller, ACTIVATED.format(body="F.silu(gate)"), "_activated")
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("a faithful move" in e and "remaining change carries" in e for e in caller.evidence)
+    assert not helper.verified and any("moved unchanged" in e for e in helper.evidence)
+
+
+# A chain that already existed: the commit threads a new flag from the kernel down through two
+# functions to a new helper, which computes wrongly when the flag is set.
+CHAIN = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    d = x.shape[-1] // 2
+    return _times_up(x, d{flag})
+
+
+def _times_up(x: torch.Tensor, d: int{param}) -> torch.Tensor:
+    return _gate(x, d{passed}).mul_(x[..., d:])
+
+
+def _gate(x: torch.Tensor, d: int{param}) -> torch.Tensor:
+    out = {gate}
+    return out
+"""
+FAST_GATE = """
+
+def _activated(x: torch.Tensor, d: int, fast: bool) -> torch.Tensor:
+    gate = x[..., :d]
+    return gate * torch.sigmoid(1.5 * gate) if fast else F.silu(gate)
+"""
+
+
+@slow
+def test_a_new_helper_a_threaded_argument_reaches_is_isolated_through_its_own_caller(refactored):
+    """Regression (held-out: the kernel that passes a new argument down was credited, the new helper
+    three calls down was not in the top 5): restoring the top function drops the argument; the
+    functions in between cannot be restored (their old versions do not take it). The new helper's own
+    caller, changed by the same commit, computed its value inline before: the helper given that code
+    as its body, the divergence vanishes, so the helper takes the credit."""
+    before = CHAIN.format(flag="", param="", passed="", gate="F.silu(x[..., :d])")
+    now = CHAIN.format(flag=", fast=True", param=", fast: bool = False", passed=", fast", gate="_activated(x, d, fast)")
+    ranked, top, times_up, gate, helper = refactored(now, FAST_GATE, "_times_up", "_gate", "_activated", before=before)
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "its body replaced by the code _gate computed it with before" in helper.evidence[0]
+    assert not top.verified and "credited to the callee" in top.evidence[0]
+    assert top in ranked[:5]
+
+
+def test_only_its_use_discounts_moved_code_and_the_code_a_call_replaced():
+    old = "def f(x, z):\n    xa = up(x)\n    if z is None:\n        out = lin(xa)\n    else:\n        out = g(xa, z)\n    return out\n"
+    returned = (
+        "def f(x, z):\n    if z is None:\n        return h(x)\n    xa = up(x)\n    out = g(xa, z)\n    return out\n"
+    )
+    assert only_its_use(returned, old, "h")  # `xa = up(x)` moved and `out = g(..)` left its branch: no change
+    assert not only_its_use(returned.replace("g(xa, z)", "g(xa, z + 1)"), old, "h")
+    assert not only_its_use(returned.replace("f(x, z)", "f(x, z, w)"), old, "h")  # a new parameter is a change
+    guarded = old.replace("    else:\n", "    elif x.shape[0] == 1:\n        out = h(xa, z)\n    else:\n")
+    assert only_its_use(guarded, old, "h")  # a new branch whose body only calls it
+    assert not only_its_use(guarded.replace("out = h(xa, z)", "out = h(xa, z)\n        out = out * 2"), old, "h")
+    assert changed_statements(returned, old) is not None
+    gained, lost = changed_statements(returned, old) or ([], [])
+    assert [ast.unparse(u) for u in gained] == ["return h(x)"] and [ast.unparse(u) for u in lost] == ["out = lin(xa)"]
+
+
+def test_faithful_move_compares_the_helper_body_with_the_lost_code_under_its_parameters():
+    old = "def f(self, b, s):\n    meta = M(a=b.seqs, n=s.k * 3, t=self.tables(b))\n    return g(meta)\n"
+    now = "def f(self, b, s):\n    return g(self.meta(b, s.k, n=3))\n"
+    helper = (
+        'def meta(self, batch, k, n=1):\n    """Doc."""\n    return M(a=batch.seqs, n=k * n, t=self.tables(batch))\n'
+    )
+    assert faithful_move(helper, now, old, "meta")  # attribute argument, keyword, self: all renamed
+    assert not faithful_move(helper.replace("k * n", "k + n"), now, old, "meta")
+    assert not faithful_move(helper.replace("self.tables", "self.other"), now, old, "meta")
+    two_step = "def meta(self, batch, k, n=1):\n    t = self.tables(batch)\n    return M(a=batch.seqs, n=k * n, t=t)\n"
+    assert not faithful_move(two_step, now, old, "meta")  # `t = ...` was not a statement of the caller
+    assert not faithful_move("def meta(self, batch, k, n=1):\n    return k\n", now, old, "meta")  # only a name
 
 
 def test_inline_version_rebuilds_a_helper_from_its_caller_s_old_code_only_where_it_corresponds():
