@@ -3,9 +3,8 @@
 A release refactor moves and renames module-level names together with the functions that use
 them: the previous release's version of a function, spliced into the bad tree, then fails on a
 name the new module no longer binds (an import dropped with the feature, a helper renamed). The
-restore has to bring those bindings back too, or it cannot say anything. And a function that a
-release only moved (or re-documented) shows up in the diff's hunks without having changed: its
-code, compared as a syntax tree without docstrings, is the same.
+restore has to bring those bindings back too, or it cannot say anything. (Whether a function only
+moved is `tools.source.index.same_code`, the one "same code" predicate.)
 
 Pure functions over source text (Python's own `ast`: the modules under test are Python).
 """
@@ -14,29 +13,6 @@ from __future__ import annotations
 
 import ast
 import textwrap
-
-
-def code_key(text: str) -> str | None:
-    """A function's code without position, comments or docstrings; None when it does not parse."""
-    try:
-        tree = ast.parse(textwrap.dedent(text))
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body and is_docstring(body[0]):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False)
-
-
-def is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
-
-
-def same_code(before: str, after: str) -> bool:
-    """Only moved, re-indented, re-commented or re-documented: the code did not change."""
-    key = code_key(before)
-    return key is not None and key == code_key(after)
 
 
 def used_names(text: str) -> set[str]:

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.engines.runner import EngineRunError
-from tools.history.bindings import insert_bindings, missing_bindings, same_code
+from tools.history.bindings import insert_bindings, missing_bindings
 from tools.history.gitrepo import GitError, PatchConflict, temporary_worktree
 from tools.hypotheses.coverage import RAN, UNRECORDED  # the gather stage's coverage evidence lines
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.rank import WEIGHTS, rank
 from tools.hypotheses.verify import restore_function
-from tools.source.index import open_index
+from tools.source.index import open_index, same_code
 
 RELEASE_SIZED = 40  # a culprit commit that changes more functions than this is a release
 MAX_RESTORES = 12
@@ -244,15 +244,16 @@ def previous_text(repo: Path, h: Hypothesis) -> str | None:
 
 
 def only_moved(repo: Path, h: Hypothesis) -> bool:
-    """The release moved or re-documented h without changing its code (compared as syntax trees,
-    so a refactor that moved a function is not mistaken for one that changed it)."""
+    """The release moved or re-documented h without changing its code (compared as code tokens,
+    comments, layout and docstrings left out, so a refactor that moved a function is not mistaken
+    for one that changed it)."""
     try:
         before = previous_text(repo, h)
         new = open_index(repo, commit=h.commit, include_tests=False)
     except GitError:
         return False
     after = next((s for s in new.find(h.function) if s.file == h.file and s.qualname == h.function), None)
-    return before is not None and after is not None and same_code(before, new.read(after))
+    return before is not None and after is not None and same_code(h.file, before, new.read(after))
 
 
 def restore_functions(repo: Path, tree: Path, hyps: list[Hypothesis]) -> list[str]:

@@ -14,6 +14,7 @@ parsing, byte for byte, so kernels parse as plain functions and launches as plai
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -209,9 +210,30 @@ def code_tokens(path: str, text: str) -> tuple[str, ...] | None:
 
 
 def same_code(path: str, before: str, after: str) -> bool:
-    """Only re-commented, re-documented or re-laid-out: running either version does the same."""
-    key = code_tokens(path, before)
-    return key is not None and key == code_tokens(path, after)
+    """Only re-commented, re-documented or re-laid-out: running either version does the same.
+    The one "same code" predicate: Python compares syntax trees (so brackets and quote style that
+    a formatter changes do not count either), other languages their code tokens."""
+    key = python_code_key if language_of(path) == "python" else functools.partial(code_tokens, path)
+    first = key(before)
+    return first is not None and first == key(after)
+
+
+def python_code_key(text: str) -> str | None:
+    """A Python definition's syntax tree without positions, comments or docstrings; None when it
+    does not parse."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body and _docstring(body[0]):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
+def _docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def definition(path: str, data: bytes, qualname: str) -> Symbol | None:

@@ -87,3 +87,10 @@ def test_same_code_ignores_comments_layout_and_docstrings_only():
     assert same_code("m.py", py, "    def f(self, x):\n        return x\n")
     assert not same_code("m.py", py, py.replace("return x", "return -x"))
     assert not same_code("notes.txt", "a", "a")  # a file the index does not read: unknown, not the same
+    # what a formatter changes in Python (brackets, quotes, a wrapped call) is the same code too
+    assert same_code("m.py", "def g(a):\n    return (a + 'x')\n", 'def g(a):\n    return a + "x"\n')
+    assert same_code(
+        "m.py", "def g(a):\n    return h(a, 1)\n", "def g(a):\n    return h(\n        a,\n        1,\n    )\n"
+    )
+    assert not same_code("m.py", "def g(a):\n    return (a + 1) * 2\n", "def g(a):\n    return a + 1 * 2\n")
+    assert not same_code("m.py", "def g(a:\n", "def g(a:\n")  # does not parse: not known to be the same
