@@ -50,6 +50,27 @@ _BAD = (
     r"(wrong|incorrect|weird|strange|abnormal|unexpected\w*|odd|broken|bad|low|lower|worse|poor\w*|garbled|corrupt\w*"
     r"|nonsense|gibberish|random|different|inconsistent|mismatch\w*|not (right|correct|as expected)|差|错误?|异常|不对|不一致)"
 )
+# A result judged by what it did to the answer rather than an adjective: it changed, it lost accuracy against
+# something, it cannot answer in a language.
+_CHANGED_RESULT = _rx(
+    r"\bchang\w* (the )?(inference |model |generat\w* )?(results?|outputs?|answers?|predictions?)\b"
+    r"|\b(accuracy|precision|quality) (loss|drop|degradation|gap)\b|(loss|drop) (of|in) (accuracy|quality)"
+    r"|\b(can'?t|cannot|can not|unable to|fails? to) (answer|respond|reply|speak|write)( in)? "
+    r"(chinese|english|japanese|korean|french|german|spanish|russian|arabic|vietnamese|thai|other languages)\b"
+)
+# The engine returned nothing: an empty string / output / response, asked about or seen at some share of requests.
+_EMPTY_RESULT = _rx(
+    r"\bempty (string|output|response|result|text|answer|content|completion|generation)s?\b"
+    r"|\b(returns?|returned|outputs?|generates?|generated|gives?|got|get) (an? )?(empty|blank|nothing)\b"
+    r"|(content|text|output|response)\W{0,4}(is|are|was|were)?\W{0,4}(empty|blank|none|null|\"\"|'')\W"
+    r"|输出为空|返回为?空|空(字符串|输出|回答|结果)"
+)
+# A quantized / converted model measured against its original, either way ("higher than the bf16 model, why?").
+_VS_ORIGINAL = _rx(
+    r"\b(higher|better|lower|worse|different)\W+(\w+\W+){0,4}?(than|from|vs\.?|compared (to|with)) (the |its )?"
+    r"(original|float|fp16|bf16|fp32|unquantized|non-quantized|full[- ]precision|base|hf|huggingface)\b"
+    r"|比(浮点|原始|原|未量化|fp16|bf16|fp32).{0,16}(更?高|更?低|更?差|更好|不同)"
+)
 _BAD_RESULT = _rx(
     rf"{_RESULT}\W+(\w+\W+){{0,7}}?{_BAD}\b|\b{_BAD}\W+(\w+\W+){{0,3}}?{_RESULT}|{_RESULT}.{{0,12}}{_BAD}"
 )
@@ -60,12 +81,12 @@ _ENCODING = _rx(
 )
 # A request or sampling parameter, and a word that says it changed nothing or the wrong thing.
 _PARAMETER = _rx(
-    r"(?<![a-z_])(temperature|top_?k|top_?p|min_?p|typical_?p|do_sample|seed|repetition_penalty|presence_penalty"
+    r"(?<![a-z_])(system (message|prompt)s?|instructions?|temperature|top_?k|top_?p|min_?p|typical_?p|do_sample|seed|repetition_penalty|presence_penalty"
     r"|frequency_penalty|logit_bias|(top_)?logprobs|max_(new_)?tokens|stop|n_predict|best_of|beam(s| size|_width)?)(?![a-z_])"
 )
 _NO_EFFECT = _rx(
     r"(no|any) (effect|impact|difference)|(does|do|did)(n'?t| not) (seem to )?(affect|change|matter|work|apply|take effect)"
-    r"|not (take|taking|in) effect|(is|are|seems?|gets?) ignored|not (respected|honou?red|applied|used)|same (output|result)s?"
+    r"|not (take|taking|in) effect|(is|are|seems?|gets?) ignored|not (respected|honou?red|applied|used|followed|obeyed)|same (output|result)s?"
     r"|unexpected|没有?生效|不生效|无效|不起作用"
 )
 _METRIC, _SPEED = triage_rules.QUALITY_METRIC, triage_rules.SPEED_MEASURE  # the same words the rules weigh
@@ -112,6 +133,7 @@ NAMES = (
     "parameter without effect",
     "quality metric, no speed",
     "quantization and a bad result or metric",
+    "empty result",
 )
 
 
@@ -159,8 +181,10 @@ def shape(title: str, body: str) -> list[float]:
 
 def families(text: str, asks: bool) -> list[float]:
     """The wrong-result families (title + prose): a bad result, the same asked as a question, garbled encoding,
-    a parameter without effect, a quality metric with no speed measure, quantization with a bad result. Pure."""
-    bad = bool(_BAD_RESULT.search(text))
+    a parameter without effect (an instruction or system message not followed too), a quality metric with no
+    speed measure, quantization with a bad result, an empty result (also a bad result). Pure."""
+    empty = bool(_EMPTY_RESULT.search(text))
+    bad = any(rx.search(text) for rx in (_BAD_RESULT, _CHANGED_RESULT, _VS_ORIGINAL)) or empty
     metric = bool(_METRIC.search(text)) and not _SPEED.search(text)
     encoding = bool(_ENCODING.search(text))
     no_effect = any(_NO_EFFECT.search(text[max(0, m.start() - 80) : m.end() + 120]) for m in _PARAMETER.finditer(text))
@@ -171,4 +195,5 @@ def families(text: str, asks: bool) -> list[float]:
         float(no_effect),
         float(metric),
         float(bool(_QUANT.search(text)) and (bad or metric)),
+        float(empty),
     ]

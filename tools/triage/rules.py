@@ -111,7 +111,7 @@ CUES = (
         "silent",
         3.0,
         _rx(
-            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark)\b.{0,60}\b(drop\w*|lower|low|worse|degrad\w*|regress\w*|down|loses?|abnormal)\b|\b(drop\w*|lower|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
+            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark)\b.{0,60}\b(drop\w*|lower|low|worse|degrad\w*|regress\w*|down|loses?|loss|abnormal)\b|\b(drop\w*|lower|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
         ),
     ),
     Cue(
@@ -413,7 +413,10 @@ _TITLE_SYMPTOM = _rx(
     r"gibberish|garbage|garbled|nonsense|meaningless|乱码|wrong (output|answer|result)s?|never stops|repeat\w*|identical to (the )?base"
     r"|\b(results?|outputs?|answers?|scores?|accuracy)\b.{0,40}\b(wrong|incorrect|low|lower|abnormal|weird)\b"
     r"|(no|any) effect|not (take )?effect|do(es)?(n'?t| not) affect|没有?生效|不生效|unicode|emoji"
+    r"|\bempty (string|output|response|text|result)s?\b|not (respected|followed)|\bchang\w* (the )?(inference )?results?\b"
 )
+# Garbled output named in the title: the word "error" / 报错 beside it describes the output, not an exception.
+_GARBLED_TITLE = _rx(r"gibberish|garbage|garbled|nonsense|乱码|mojibake")
 # A quality benchmark or metric, and a speed measure: "performance degradation" on the first alone is accuracy.
 QUALITY_METRIC = _rx(
     r"\b(mmlu|gsm8k|human ?eval|mme|mmmu|mmbench|c-?eval|cmmlu|hellaswag|truthfulqa|arc-[ce]|winogrande|math-?500|aime"
@@ -486,6 +489,8 @@ def interaction_rules(scores: dict[str, float], text: IssueText) -> dict[str, fl
         s["crash"] *= 0.5
     if _TITLE_SYMPTOM.search(text.title):
         s["question"] *= 0.5
+    if _GARBLED_TITLE.search(text.title) and not _TRACEBACK.search(text.code):
+        s["crash"] *= 0.5
     said = text.title + "\n" + text.prose
     if s["performance"] and QUALITY_METRIC.search(said) and not SPEED_MEASURE.search(said):
         s["silent"] += 0.5 * s["performance"]  # "performance degradation" of a score is a wrong result

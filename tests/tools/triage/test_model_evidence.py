@@ -82,3 +82,29 @@ def test_leave_one_split_out_scores_each_split_with_a_fit_on_the_others():
     k = next(n for n, i in enumerate(pool) if i["split"] == "b")
     assert np.allclose(rows[k][0], triage_model.logits_of(without_b, pool[k]))
     assert triage_model.oof_figures(rows, 1.0, 0.5)["accuracy"] == 1.0  # told apart out of split
+
+
+def test_the_silent_threshold_buys_recall_while_precision_holds_its_floor():
+    # rows: (logits, gold). Silent issues with p(silent) spread low to high, rest issues a few of them confusable.
+    s, crash = LABELS.index("silent"), LABELS.index("crash")
+
+    def row(p_silent: float, gold: int) -> tuple[np.ndarray, int]:
+        p = np.full(len(LABELS), 1e-3)
+        p[s], p[crash] = p_silent, 1.0 - p_silent
+        return np.log(p), gold
+
+    rows = [row(q, s) for q in (0.22, 0.27, 0.33, 0.42, 0.52, 0.7, 0.9, 0.95)]
+    rows += [row(q, crash) for q in (0.05, 0.1, 0.15, 0.21, 0.26, 0.3, 0.02)]
+    t, m = triage_model.choose_decision(rows, precision_floor=0.8)
+    chosen = triage_model.oof_figures(rows, t, m)
+    assert chosen["silent_precision"] >= 0.8
+    for other in triage_model.SILENT_MIN_GRID:  # no threshold that keeps the floor has more recall
+        f = triage_model.oof_figures(rows, t, other)
+        assert f["silent_precision"] < 0.8 or f["silent_recall"] <= chosen["silent_recall"]
+    _, balanced = triage_model.choose_decision(rows, precision_floor=None)  # no floor: the best min(P, R)
+    best = max(
+        min(triage_model.oof_figures(rows, t, o)[k] for k in ("silent_precision", "silent_recall"))
+        for o in triage_model.SILENT_MIN_GRID
+    )
+    got = triage_model.oof_figures(rows, t, balanced)
+    assert min(got["silent_precision"], got["silent_recall"]) == best

@@ -1,6 +1,7 @@
 """The wrong-result families of the triage classifier, on short texts written for these tests (no real issue's
 words): a question whose substance is a wrong result, garbled encoding, a parameter without effect, a benchmark
-score drop worded as "degradation", quantization with a bad result. Each family is read by the report's shape
+score drop worded as "degradation", quantization with a bad result, an empty result, a result that changed or lost
+accuracy against something, a converted model scoring differently from its original, an instruction not followed. Each family is read by the report's shape
 (`tools.triage.evidence.families`), by an explainable rule, and the shipped model answers `silent`."""
 
 import pytest
@@ -9,7 +10,7 @@ from tools.triage import model as triage_model
 from tools.triage import rules as triage_rules
 from tools.triage.evidence import NAMES, shape
 
-FAMILY = NAMES[-6:]
+FAMILY = NAMES[-7:]
 
 # (family feature, title, body): silent reports of each family, in the ways reporters word them.
 SILENT = [
@@ -55,6 +56,40 @@ SILENT = [
         "The fp16 model gets 68 on MMLU, the AWQ int4 one 41. Is this expected for quantization?",
     ),
 ]
+# The sixth round's families (also silent): each read as a bad result, the first also as an empty one.
+SIXTH = [
+    (
+        "empty result",
+        "[Usage] the 4-bit checkpoint gives an empty string for some prompts",
+        "About one request in twenty comes back with an empty response; the rest look fine.",
+    ),
+    (
+        "bad result",
+        "Converted checkpoint scores better than the bf16 one, why?",
+        "On our reading benchmark the converted model gets 71 and the bf16 model 64.",
+    ),
+    (
+        "bad result",
+        "Accuracy loss compared with the other server on our internal set",
+        "Same weights, same prompts; we see 4 points lower on our internal set than with the other server.",
+    ),
+    (
+        "bad result",
+        "Switching the attention kernel changes the inference result",
+        "With the flash kernel the completion differs from the default kernel for the same greedy request.",
+    ),
+    (
+        "bad result",
+        "The chat model can't answer in Korean",
+        "Asked in Korean, it replies with unrelated English sentences.",
+    ),
+    (
+        "parameter without effect",
+        "System prompt not followed by the chat endpoint",
+        "The system message asks for replies in French; the replies come back in English, it is not respected.",
+    ),
+]
+SILENT += SIXTH
 # Near misses the families must leave alone: a speed drop called degradation, a usage question about a
 # parameter, a request to support an encoding.
 NOT_SILENT = [
@@ -64,7 +99,7 @@ NOT_SILENT = [
 
 
 def families_of(title: str, body: str) -> dict[str, float]:
-    return dict(zip(FAMILY, shape(title, body)[-6:]))
+    return dict(zip(FAMILY, shape(title, body)[-7:]))
 
 
 @pytest.mark.parametrize(("family", "title", "body"), SILENT)
@@ -102,3 +137,31 @@ def test_the_shipped_model_answers_silent_for_each_family(family, title, body):
 @pytest.mark.parametrize(("label", "title", "body"), NOT_SILENT)
 def test_the_shipped_model_keeps_the_near_misses_apart(label, title, body):
     assert triage_model.classify(title, body).label == label
+
+
+@pytest.mark.parametrize(("family", "title", "body"), SIXTH)
+def test_the_sixth_round_families_are_bad_results(family, title, body):
+    got = families_of(title, body)
+    assert got[family] == 1.0 and (got["bad result"] == 1.0 or family == "parameter without effect"), got
+
+
+def test_an_empty_field_in_a_config_is_not_an_empty_result():
+    got = families_of("How do I leave the stop list empty?", "I want no stop strings at all. Is stop=[] allowed?")
+    assert got["empty result"] == 0.0 and got["bad result"] == 0.0
+
+
+def test_garbled_output_in_a_title_that_says_error_outranks_the_word_error():
+    # no traceback: "报错" / "error" next to 乱码 describes the output; with a traceback the exception still counts
+    garbled = triage_rules.classify("推理报错，输出乱码", "对话时模型输出一堆乱码，换回原来的版本就正常。")
+    assert garbled.label == "silent" and garbled.scores["crash"] < garbled.scores["silent"], garbled.scores
+    traced = triage_rules.classify(
+        "推理报错，输出乱码",
+        '对话时报错。\n```\nTraceback (most recent call last)\n  File "a.py", line 1\nRuntimeError: CUDA\n```',
+    )
+    assert traced.scores["crash"] > garbled.scores["crash"]
+
+
+def test_an_accuracy_loss_against_another_engine_is_never_a_crash():
+    c = triage_rules.classify(*SIXTH[2][1:])
+    assert c.label == "silent" and c.scores["silent"] > c.scores["crash"], c.scores
+    assert triage_model.classify(*SIXTH[2][1:]).label == "silent"
