@@ -104,7 +104,8 @@ def execute(args: list[str], env: dict, cwd: Path, timeout: float, engine: str |
     killed as a whole at the timeout or when the caller is interrupted. A tree zygote (tree_server)
     comes first; the time spent waiting for it to be ready counts against the run's `timeout`."""
     started = time.monotonic()
-    for server in (tree_server(env, engine, timeout), fork_server(env)):
+    for find in (lambda: tree_server(env, engine, timeout), lambda: fork_server(env)):  # the shared one only if needed
+        server = find()
         left = timeout - (time.monotonic() - started)
         if left <= 0:  # the tree's import in its zygote did not finish within the run's time
             return None, "the tree under test's import did not finish within the run's time (its zygote)"
