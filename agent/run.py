@@ -90,6 +90,7 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
     if real:  # the real stages run engines: their zygotes start while the graph is imported
         prestart([inputs.target_source, None])  # the target's tree, the installed reference
     from agent.graph import build_graph
+    from tools.history.gitrepo import worktree_pool
     from tools.report import warm_plotting, write_report
 
     session = make_session(inputs, cfg, stages)
@@ -109,12 +110,13 @@ def diagnose(inputs: Inputs, cfg: RunConfig, out_dir: Path | None = None, progre
         "notes": [],
     }
     final = state
-    for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
-        if mode == "values":
-            final = chunk
-        elif progress is not None:
-            for node, update in chunk.items():
-                progress(node, update or {})
+    with worktree_pool():  # bisection steps and counterfactuals reuse one scratch checkout
+        for mode, chunk in graph.stream(state, stream_mode=["updates", "values"]):
+            if mode == "values":
+                final = chunk
+            elif progress is not None:
+                for node, update in chunk.items():
+                    progress(node, update or {})
     report = final["report"]
     if out_dir is not None:
         repro = final.get("reproduction")

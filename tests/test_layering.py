@@ -35,6 +35,7 @@ ENV_READERS = {
     "tools/engines/runner.py": "worker switches: DIFFDX_FORKSERVER, DIFFDX_KEEP_TEMP, DIFFDX_RUN_LOG, PYTHONPATH",
     "tools/engines/forkserver.py": "the zygote: DIFFDX_KEEP_TEMP, PYTHONPATH",
     "tools/engines/worker.py": "the engine worker: OMP_NUM_THREADS",
+    "tools/engines/treepreload.py": "a tree zygote: the worker's quiet settings, set before the tree's import",
     "tools/engines/funccov.py": "the engine worker: DIFFDX_COVERAGE",
     "tools/probe/checkpoints.py": "DIFFDX_CACHE, the cache every process shares",
     "benchmark/subjects/__init__.py": "DIFFDX_SUBJECTS, the subject registry every case worker reads",

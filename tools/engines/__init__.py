@@ -51,6 +51,21 @@ ZYGOTE_PRELOAD = {
     )
 }
 
+# A tree under test that holds its own copy of one of these packages gets a zygote of its own that
+# has imported it (tools/engines/treepreload.py): package -> (the engine that runs it, modules that
+# every run of that engine imports; never one only some runs import, e.g. one architecture's).
+TREE_PRELOAD = {
+    "transformers": (
+        "transformers",
+        (
+            "transformers.modeling_utils",
+            "transformers.models.auto.modeling_auto",
+            "transformers.models.auto.tokenization_auto",
+            "transformers.generation.utils",
+        ),
+    )
+}
+
 
 class UnknownEngineError(BadInput, KeyError):
     """An engine name that does not resolve; the message lists the names that do. Bad input
@@ -118,7 +133,7 @@ def engine_capabilities(
         with tempfile.TemporaryDirectory(prefix="diffdx-caps-") as tmp:
             out = Path(tmp) / "capabilities.json"
             env = worker_env(source_root, engine=name)
-            code, log = execute(["--capabilities", name, str(out)], env, Path(tmp), timeout)
+            code, log = execute(["--capabilities", name, str(out)], env, Path(tmp), timeout, name)
             if code is None:
                 raise EngineRunError(f"{name} capabilities timed out after {timeout:.0f}s", "timeout", log[-4000:])
             tail = log.strip().splitlines() or ["no output"]
@@ -139,6 +154,16 @@ def zygote_preload(env: dict) -> tuple[str, ...]:
         if not any((p / package).is_dir() or (p / f"{package}.py").is_file() for p in entries):
             out += modules
     return tuple(out)
+
+
+def tree_preload(env: dict) -> tuple[str, str, tuple[str, ...], tuple[str, ...]] | None:
+    """(tree, engine, packages, modules) for a tree zygote of runs with `env` (TREE_PRELOAD): the
+    first folder on the run's PYTHONPATH that holds one of those packages, which its runs import from."""
+    for entry in (Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p):
+        for package, (engine, modules) in TREE_PRELOAD.items():
+            if (entry / package / "__init__.py").is_file():
+                return str(entry), engine, (package,), modules
+    return None
 
 
 def worker_paths(engine: str, tree: str | Path | None) -> list[str]:

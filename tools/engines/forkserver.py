@@ -193,9 +193,10 @@ class ZygoteUnavailable(RuntimeError):
 class ForkServer:
     """The orchestrator's handle on its zygote: started on first use, stopped at exit."""
 
-    def __init__(self, env: dict, start_timeout: float = 300.0, preload: tuple[str, ...] = ()):
+    def __init__(self, env: dict, start_timeout: float = 300.0, preload: tuple[str, ...] = (), tree: str | None = None):
         self.env = env
         self.preload = preload  # installed modules imported ahead besides PRELOAD (tools.engines.zygote_preload)
+        self.tree = tree  # a tree zygote: `preload` are this tree's modules (tools/engines/treepreload.py)
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
@@ -221,21 +222,29 @@ class ForkServer:
             if self.proc is None or self.proc.poll() is not None:
                 self.launch_locked()
 
-    def start(self) -> None:
-        """The zygote, started and ready to fork; ZygoteUnavailable when it cannot be."""
+    def start(self, timeout: float | None = None) -> None:
+        """The zygote, started and ready to fork (waiting at most `timeout` s, else its start_timeout);
+        ZygoteUnavailable when it cannot be."""
         with self.lock:
             if self.proc is not None and self.proc.poll() is None and self.ready:
                 return
             if self.proc is None or self.proc.poll() is not None:
                 self.launch_locked()
-            self.wait_ready_locked()
+            self.wait_ready_locked(self.start_timeout if timeout is None else timeout)
 
     def launch_locked(self) -> None:
         self.stop_locked()
         self.dir = tempfile.mkdtemp(prefix="diffdx-zygote-")
         sock = os.path.join(self.dir, "sock")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.engines.forkserver", sock, *self.preload],
+            [
+                sys.executable,
+                "-m",
+                "tools.engines.forkserver",
+                sock,
+                *(("--tree", self.tree) if self.tree else ()),
+                *self.preload,
+            ],
             env=self.env,
             cwd=self.dir,
             stdin=subprocess.PIPE,
@@ -246,10 +255,10 @@ class ForkServer:
         self.ready = False
         atexit.register(self.stop)
 
-    def wait_ready_locked(self) -> None:
+    def wait_ready_locked(self, timeout: float) -> None:
         assert self.proc is not None and self.proc.stdout is not None  # launched, a PIPE
         try:
-            ready, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
             self.ready = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
         except BaseException:
             self.stop_locked()  # interrupted while it was starting
@@ -418,13 +427,22 @@ def finish(code: int) -> None:
 def main(sock_path: str, *preload: str) -> int:
     own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base_path = [p for p in sys.path[1:] if p not in own]  # sys.path[0] is the zygote's cwd
+    tree = preload[1] if preload[:1] == ("--tree",) else None
+    preload = preload[2:] if tree else preload
     for name in PRELOAD:
         importlib.import_module(name)
-    for name in (*PRELOAD_DEEP, *preload):  # a speed-up only: a run imports what is missing itself
+    for name in PRELOAD_DEEP if tree else (*PRELOAD_DEEP, *preload):  # a speed-up only: a run imports what is missing
         try:
             importlib.import_module(name)
         except Exception as e:
             print(f"zygote: not preloaded {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    if tree:  # all of them or no zygote: a run must not see a partial import it would not have made
+        from tools.engines.treepreload import preload_tree
+
+        unfit = preload_tree(tree, preload)
+        if unfit is not None:
+            print(f"unfit: {unfit}", flush=True)
+            return 0
     zygote = Zygote(sock_path)
     print("ready", flush=True)
     request = zygote.serve()

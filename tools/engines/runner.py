@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
+from tools.engines.treepreload import tree_fingerprint
 from tools.procgroup import run_in_group
 
 if TYPE_CHECKING:  # imported where used: this module imports no torch, so a zygote can start before it does
@@ -80,7 +81,7 @@ def run_engine(
         (tmp / "job.json").write_text(json.dumps(job.to_json()))
         started = time.monotonic()
         env = worker_env(source_root, engine=job.spec.engine)
-        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], env, tmp, timeout)
+        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], env, tmp, timeout, job.spec.engine)
         if code is None:
             raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
         if code != 0:
@@ -100,17 +101,23 @@ def run_engine(
     return out
 
 
-def execute(args: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int | None, str]:
+def execute(args: list[str], env: dict, cwd: Path, timeout: float, engine: str | None = None) -> tuple[int | None, str]:
     """Run the worker module -> (exit code, or None on timeout; its output). Forked from the zygote
     when that is on and possible, else a plain subprocess; either way in its own process group,
-    killed as a whole at the timeout or when the caller is interrupted."""
-    server = fork_server(env)
-    if server is not None:
-        try:
-            return _execute_forked(server, args, env, cwd, timeout)
-        except ZygoteUnavailable:
-            pass
-    return _execute_plain(args, env, cwd, timeout)
+    killed as a whole at the timeout or when the caller is interrupted. A tree zygote (tree_server)
+    comes first; the time spent waiting for it to be ready counts against the run's `timeout`."""
+    started = time.monotonic()
+    for find in (lambda: tree_server(env, engine, timeout), lambda: fork_server(env)):  # the shared one only if needed
+        server = find()
+        left = timeout - (time.monotonic() - started)
+        if left <= 0:  # the tree's import in its zygote did not finish within the run's time
+            return None, "the tree under test's import did not finish within the run's time (its zygote)"
+        if server is not None:
+            try:
+                return _execute_forked(server, args, env, cwd, left)
+            except ZygoteUnavailable:
+                pass
+    return _execute_plain(args, env, cwd, timeout - (time.monotonic() - started))
 
 
 def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
@@ -158,6 +165,77 @@ def prestart(source_roots: list[str | Path | None]) -> None:
                 server.launch()
             except OSError:
                 pass  # the run that needs it will try again, and fall back to a plain subprocess
+        if root is not None:
+            launch_tree_zygote(root)
+
+
+def launch_tree_zygote(root: str | Path) -> None:
+    """Launch, without waiting, a zygote that has imported the tree's own heavy package
+    (tools.engines.tree_preload; tools/engines/treepreload.py), for the runs of that tree: a tree run
+    many times (the user's). Nothing for a tree without one, or when zygotes are off."""
+    from tools.engines import tree_preload
+
+    found = tree_preload(worker_env(root))
+    if found is None or os.environ.get("DIFFDX_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+        return
+    tree, engine, packages, modules = found
+    try:
+        env = worker_env(root, engine=engine)  # exactly as its runs will have it
+    except Exception:  # noqa: BLE001 - the adapter's hook failed: its runs will say why
+        return
+    if site_hooks(env.get("PYTHONPATH", "")):  # they run before the tree's import in a fresh run: keep that order
+        return
+    key = _env_key(env)
+    if key in _TREE_SERVERS and _TREE_SERVERS[key][0].owner == os.getpid():
+        return
+    fingerprint = tree_fingerprint(tree, packages)
+    server = ForkServer(env, preload=modules, tree=tree)
+    _TREE_SERVERS[key] = (server, fingerprint, packages, engine)
+    try:
+        server.launch()
+    except OSError:
+        _TREE_SERVERS.pop(key, None)
+
+
+def tree_server(env: dict, engine: str | None, timeout: float) -> ForkServer | None:
+    """The tree zygote launched for `engine`'s runs with exactly `env`, ready (waiting at most `timeout` s),
+    while the tree's files are still the ones it imported; None otherwise. One that cannot start
+    (the import fails or hangs) or whose tree changed is stopped and not tried again."""
+    key = _env_key(env)
+    entry = _TREE_SERVERS.get(key)
+    if entry is None or entry[0].owner != os.getpid() or entry[3] != engine:
+        return None  # another engine's run would get a package (and its coverage) it does not import
+    server, fingerprint, packages, _ = entry
+    try:
+        if tree_fingerprint(str(server.tree), packages) != fingerprint:
+            raise ZygoteUnavailable("the tree changed since its zygote imported it")
+        server.start(timeout=min(timeout, server.start_timeout))
+    except (ZygoteUnavailable, OSError):
+        _TREE_SERVERS.pop(key, None)
+        server.stop()
+        return None
+    return server
+
+
+def site_hooks(pythonpath: str) -> list[str]:
+    """The sitecustomize/usercustomize modules that folders on `pythonpath` hold. Pure but for looking."""
+    entries = [p for p in pythonpath.split(os.pathsep) if p]
+    return [
+        str(Path(p) / f"{name}.py")
+        for p in entries
+        for name in ("sitecustomize", "usercustomize")
+        if (Path(p) / f"{name}.py").is_file() or (Path(p) / name / "__init__.py").is_file()
+    ]
+
+
+# Variables that change in the orchestrator during a diagnosis and that no import of a tree reads:
+# diffdx's own switches for its runs (not the coverage recorder, nor the cache), one torch sets when
+# imported, and pytest's. A tree zygote is for runs whose environment is its own but for these.
+RUN_ONLY_ENV = ("DIFFDX_KEEP_TEMP", "DIFFDX_RUN_LOG", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST")
+
+
+def _env_key(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in RUN_ONLY_ENV))
 
 
 def zygote_for(env: dict) -> ForkServer | None:
@@ -174,6 +252,8 @@ def zygote_for(env: dict) -> ForkServer | None:
 
 
 _SERVERS: dict[tuple[str, ...], ForkServer] = {}
+# env -> (server, fingerprint, packages, engine)
+_TREE_SERVERS: dict[tuple, tuple[ForkServer, str, tuple[str, ...], str]] = {}
 
 
 def run_timing(worker_timing: dict, wall_s: float, load_s: float) -> dict:

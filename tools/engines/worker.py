@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tools.engines.funccov import RECORDED_LANGUAGES, function_coverage, has_python_source
 from tools.engines.functaps import function_taps
+from tools.engines.treepreload import QUIET_THIRD_PARTY, preloaded_coverage
 from tools.hypotheses.contracts import contract_for, judge, sampling_context
 
 
@@ -27,8 +28,8 @@ def contract_context(engine, job) -> dict:
 
 def quiet_third_party() -> None:
     """No download/loading progress bars or advisory warnings in the run's log: it is shown on failure."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for key, value in QUIET_THIRD_PARTY.items():
+        os.environ.setdefault(key, value)
 
 
 def capabilities(engine: str, out_path: str) -> int:
@@ -69,6 +70,7 @@ def main(job_path: str, out_dir: str) -> int:
         trace = engine.run(job)
     trace.meta.update({f"{key}_skipped": why for key, why in skipped.items()})
     if coverage_root:
+        covered |= preloaded_coverage(coverage_root)  # what ran when a tree zygote imported the tree for us
         trace.meta["coverage"] = sorted(f"{f}:{q}" for f, q in covered)
         trace.meta["coverage_languages"] = list(RECORDED_LANGUAGES)  # other languages: unknown, not unrun
     if checks_root:

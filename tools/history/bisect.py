@@ -37,12 +37,20 @@ from pathlib import Path
 from typing import Protocol
 
 from tools import progress
-from tools.history.gitrepo import CommitInfo, commit_diff, commit_info, first_parent_range, temporary_worktree
+from tools.history.gitrepo import (
+    CommitInfo,
+    commit_diff,
+    commit_info,
+    first_parent_range,
+    retire_worktree,
+    scratch_worktree,
+)
 from tools.procgroup import run_in_group
 
 VERDICTS = ("good", "bad", "skip")
 GIT_BISECT_SKIP = 125
 SAID_SKIP = "oracle said skip"  # a deliberate skip: not retried
+ABANDONED = "timeout (oracle abandoned)"  # the oracle overran its grace period and still runs
 
 
 class Oracle(Protocol):
@@ -193,8 +201,10 @@ def bisect_commits(
 def _vote(repo_path, sha: str, oracle: Oracle, budget: Budget, trials: list[Trial]) -> str:
     """One vote for a commit: the oracle's verdict, retried on crash/timeout up to `retries`."""
     for _ in range(budget.retries + 1):
-        with temporary_worktree(repo_path, sha) as tree:
+        with scratch_worktree(repo_path, sha) as tree:
             trial = consult(oracle, tree, sha, budget.timeout_s)
+            if trial.note == ABANDONED:
+                retire_worktree(tree)  # its oracle may still be at work in it
         trials.append(trial)
         if trial.verdict != "skip" or trial.note == SAID_SKIP:
             return trial.verdict
@@ -268,7 +278,7 @@ def consult(oracle: Oracle, worktree: Path, sha: str, timeout_s: float) -> Trial
     worker.join(timeout_s + (1.0 + 0.1 * timeout_s if takes_timeout else 0.0))
     seconds = time.monotonic() - started
     if worker.is_alive():
-        return Trial(sha, "skip", seconds, "timeout (oracle abandoned)")
+        return Trial(sha, "skip", seconds, ABANDONED)
     return _trial_from(box, sha, seconds)
 
 

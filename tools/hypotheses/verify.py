@@ -17,7 +17,7 @@ from tools.history.gitrepo import (
     GitError,
     PatchConflict,
     apply_patch,
-    temporary_worktree,
+    scratch_worktree,
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
@@ -85,7 +85,7 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
         before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
         if before is None:
             return None, "", ""
-        with temporary_worktree(repo, "HEAD") as tree:
+        with scratch_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
             if same_code(h.file, current, restored) or not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
@@ -616,7 +616,7 @@ def try_edits(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober, pr
     if not h.file.endswith(".py") or limit <= 0 or not diverges(repro):
         return FixOutcome(False, 0)
     try:
-        with temporary_worktree(repo, "HEAD") as tree:
+        with scratch_worktree(repo, "HEAD") as tree:
             current = function_text(tree, h.file, h.function)
             if current is None:
                 return FixOutcome(False, 0, failed=f"{h.function} not found in {h.file}")
@@ -686,7 +686,7 @@ def try_patch(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober, pa
     if not diverges(repro):
         return FixOutcome(False, 0, failed="the failing scenario does not diverge: nothing to fix")
     try:
-        with temporary_worktree(repo, "HEAD") as tree:
+        with scratch_worktree(repo, "HEAD") as tree:
             try:
                 changed = apply_patch(tree, patch)
             except GitError as e:

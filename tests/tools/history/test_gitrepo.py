@@ -118,6 +118,41 @@ def test_temporary_worktree_is_detached_and_removed_on_every_exit(tmp_path):
     assert not (repo / ".git" / "worktrees").exists()
 
 
+def test_pooled_scratch_worktree_is_reused_clean_at_each_ref_and_removed_at_the_end(tmp_path):
+    """Bisection steps and counterfactuals reuse one checkout (issue 14): each use sees exactly its
+    ref's files (earlier edits, untracked and ignored files gone), at a path of its own; the user's
+    checkout is untouched and nothing is left once the pool closes."""
+    repo, shas = linear_repo(tmp_path)
+    (repo / ".gitignore").write_text("__pycache__/\n")  # untracked in the user's checkout, not committed
+    before = snapshot(repo)
+    with gitrepo.worktree_pool():
+        with gitrepo.scratch_worktree(repo, "HEAD~2") as first:
+            assert (first / "app.py").read_text() == "VALUE = 3\n"
+            (first / "app.py").write_text("VALUE = 99\n")  # a counterfactual edit, same size
+            (first / "scratch.txt").write_text("oracle output")
+            (first / "__pycache__").mkdir()
+            (first / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"stale")
+        with gitrepo.scratch_worktree(repo, "v0") as second:
+            assert second != first and not first.exists() and second.parent == first.parent  # moved, reused
+            assert sorted(p.name for p in second.iterdir()) == [".git", "app.py"]
+            assert (second / "app.py").read_text() == "VALUE = 0\n"
+            assert gitrepo.resolve(second, "HEAD") == shas[0]
+        with pytest.raises(RuntimeError):
+            with gitrepo.scratch_worktree(repo, "HEAD") as third:
+                raise RuntimeError("oracle blew up")
+        assert not third.exists()  # a block that raised removes its worktree, as temporary_worktree does
+        with gitrepo.scratch_worktree(repo, "HEAD") as fourth:
+            assert (fourth / "app.py").read_text() == "VALUE = 5\n"
+            gitrepo.retire_worktree(fourth)
+        assert not fourth.exists()  # retired (an abandoned oracle's): never handed out again
+        with gitrepo.scratch_worktree(repo, "HEAD~1") as fifth:
+            pass
+    assert not fifth.exists() and not fifth.parent.exists()
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert not (repo / ".git" / "worktrees").exists()
+    assert snapshot(repo) == before
+
+
 def test_users_own_stale_worktree_entry_is_not_pruned(tmp_path):
     repo, _ = linear_repo(tmp_path)
     git(repo, "worktree", "add", "--detach", "-q", str(tmp_path / "users-tree"), "v0")
