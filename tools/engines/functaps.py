@@ -38,6 +38,7 @@ class FunctionCall:
     order: int = 0  # position among all recorded calls (execution order)
     callees: set = field(default_factory=set)  # wanted functions it called (recorded or over their limit)
     writes: dict = field(default_factory=dict)  # tensor parameter it wrote in place -> its copy at the return
+    attributes: dict = field(default_factory=dict)  # an object it returned: its plain-data attributes
 
 
 def snapshot(value: object, depth: int = 0) -> object:
@@ -65,6 +66,19 @@ def snapshot_param(name: str, value: object) -> object:
         except Exception:  # a config that cannot write itself out is an object like any other
             return DROPPED
     return snapshot(value)
+
+
+def attributes(value: object) -> dict:
+    """The public plain-data attributes of a returned object (a config object a reader built from a
+    dict), so a contract can compare them with what it was given; {} for plain data and tensors."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+    else:
+        names = list(getattr(value, "__dict__", {}))
+    kept = {n: snapshot(getattr(value, n, None), 1) for n in names if not n.startswith("_")}
+    return {n: v for n, v in kept.items() if v is not DROPPED}
 
 
 def version(t: Any) -> int | None:
@@ -145,6 +159,7 @@ def function_taps(
         elif event == "return" and id(frame) in open_calls:
             call, watch = open_calls.pop(id(frame))
             call.output = snapshot(arg)
+            call.attributes = attributes(arg) if call.output is DROPPED else {}
             call.writes = written(call, watch)
             stack.remove(call)
 

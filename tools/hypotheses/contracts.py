@@ -41,6 +41,7 @@ class Contract:
     )  # (inputs, output, context) -> violation size; None: bound per function name in contract_check
     tolerance: Callable[[object], float]  # output -> the size a correct implementation stays under
     judges_writes: bool = False  # its output is what it wrote in place (FunctionCall.writes), not its result
+    judges_attributes: bool = False  # its output is the returned object's attributes (FunctionCall.attributes)
 
 
 # ---------------------------------------------------------------- shared numerics
@@ -741,6 +742,139 @@ def is_int8_quantizer(name: str, params: tuple[str, ...]) -> bool:
     return "quant" in n and "int8" in n and "dequant" not in n and len(params) <= 2
 
 
+# Bits a quantizer's name declares ("int4", "4bit", "w8"): the range its codes must stay in.
+BIT_WORDS = {4: ("int4", "4bit", "w4", "q4"), 8: ("int8", "8bit", "w8", "q8"), 2: ("int2", "2bit"), 3: ("int3", "3bit")}
+
+
+def declared_bits(name: str) -> int | None:
+    n = name.lower()
+    return next((b for b, words in BIT_WORDS.items() if any(w in n for w in words)), None)
+
+
+def unpacked_codes(codes: torch.Tensor, shape: torch.Size, signed: bool) -> list[torch.Tensor]:
+    """[O, I] codes, or [O, I/2] bytes of two 4-bit codes each -> [O, I] codes in either nibble order
+    (the convention is the engine's; a contract judges the values, not the packing)."""
+    if codes.shape == shape:
+        return [codes.long()]
+    if codes.dim() != 2 or codes.shape[0] != shape[0] or codes.shape[1] * 2 != shape[1]:
+        return []
+    b = codes.long() & 0xFF
+    lo, hi = b & 0xF, (b >> 4) & 0xF
+    if signed:  # two's complement nibbles
+        lo, hi = lo - 16 * (lo >= 8), hi - 16 * (hi >= 8)
+    return [torch.stack(pair, dim=-1).reshape(shape) for pair in ((lo, hi), (hi, lo))]
+
+
+def per_weight(t: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
+    """A per-row [O] or per-group [O, G] scale (or zero) -> [O, I], each weight its group's value."""
+    rows, cols = shape
+    t = t.double().reshape(rows, -1) if t.numel() % rows == 0 else None
+    if t is None or cols % t.shape[1]:
+        return None
+    return t.repeat_interleave(cols // t.shape[1], dim=1)
+
+
+def check_quant_roundtrip(name: str):
+    """(w [O, I]) -> (codes, scale [O] | [O, G] (, zero)): codes lie in the declared bit range and
+    (codes - zero) * scale is within half a step of w. The size is the largest error in steps."""
+
+    def check(inputs: dict, output, _ctx: dict) -> float | None:
+        w = first_tensor(inputs)
+        if w is None or w.dim() != 2 or not isinstance(output, (tuple, list)) or len(output) not in (2, 3):
+            return None
+        codes, scale, zero = (*output, None)[:3]
+        tensors = [t for t in (codes, scale, zero) if t is not None]
+        if not all(isinstance(t, torch.Tensor) for t in tensors) or codes.is_floating_point():
+            return None
+        s, z = per_weight(scale, w.shape), per_weight(zero, w.shape) if zero is not None else 0.0
+        bits = declared_bits(name) or (4 if codes.numel() * 2 == w.numel() else None)
+        if s is None or z is None or bits is None or not scale.is_floating_point():
+            return None
+        low, high = (0, 2**bits - 1) if zero is not None else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        errors = []
+        for q in unpacked_codes(codes, w.shape, signed=zero is None):
+            outside = float(((q < low) | (q > high)).any())
+            errors.append(max(outside, float(((q.double() - z) * s - w.double()).abs().div(s).max())))
+        return min(errors) if errors else None
+
+    return check
+
+
+def is_quantizer(name: str, params: tuple[str, ...]) -> bool:
+    n = name.lower()
+    return "quant" in n and "dequant" not in n and 1 <= len(params) <= 3
+
+
+# ---------------------------------------------------------------- config readers
+
+# Checkpoint config keys whose meaning is unambiguous, each with the names a reader may keep it
+# under; a reader's object that has one of these attributes must hold the value the file states.
+CONFIG_KEYS = (
+    ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
+    ("rope_theta",),
+    ("head_dim",),
+    ("hidden_size",),
+    ("intermediate_size",),
+    ("num_hidden_layers",),
+    ("num_attention_heads",),
+    ("num_key_value_heads",),
+    ("vocab_size",),
+    ("max_position_embeddings",),
+    ("sliding_window",),
+    ("attn_logit_softcapping",),
+    ("final_logit_softcapping",),
+    ("query_pre_attn_scalar",),
+    ("tie_word_embeddings",),
+    ("partial_rotary_factor",),
+)
+HF_MARKERS = ("model_type", "hidden_size", "num_attention_heads", "vocab_size", "num_hidden_layers")
+
+
+def kept_value(attrs: dict, names: tuple[str, ...]) -> list:
+    """The values the reader's object keeps under `names`: its attributes, or keys of a dict
+    attribute one level down (a rope dict that holds rope_theta)."""
+    found = [attrs[n] for n in names if n in attrs]
+    nested = [v[n] for v in attrs.values() if isinstance(v, dict) for n in names if n in v]
+    return found or nested
+
+
+def stated(config: dict, names: tuple[str, ...]):
+    """The one number or bool the file states under `names`; None when absent or ambiguous."""
+    values = {config[n] for n in names if isinstance(config.get(n), (int, float)) and not isinstance(config[n], bool)}
+    values |= {config[n] for n in names if isinstance(config.get(n), bool)}
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def check_config_reader(inputs: dict, attrs, _ctx: dict) -> float | None:
+    """A reader given the parsed config.json returns an object holding each value the file states
+    (a default used instead, or another key read, breaks it). The size is the largest relative
+    difference (1 for a bool that flipped)."""
+    config = first_dict(inputs)
+    if config is None or not isinstance(attrs, dict) or sum(k in config for k in HF_MARKERS) < 3:
+        return None
+    sizes = []
+    for names in CONFIG_KEYS:
+        want = stated(config, names)
+        for got in kept_value(attrs, names) if want is not None else []:
+            if isinstance(got, bool) or isinstance(want, bool):
+                sizes.append(float(got is not want and got != want))
+            elif isinstance(got, (int, float)):
+                sizes.append(abs(float(got) - float(want)) / max(abs(float(want)), 1e-30))
+            else:
+                sizes.append(1.0)  # the file states a number, the reader keeps None or something else
+    return max(sizes) if sizes else None
+
+
+def first_dict(inputs: dict) -> dict | None:
+    return next((v for v in inputs.values() if isinstance(v, dict)), None)
+
+
+def is_config_reader(name: str, params: tuple[str, ...]) -> bool:
+    """One argument, named as a constructor from data (`from_dict`, `from_hf`, `parse_config`)."""
+    n = name.lower()
+    return len(params) == 1 and (n.startswith("from_") or ("config" in n and has((n,), "parse", "read", "load")))
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -859,6 +993,23 @@ CONTRACTS: list[Contract] = [
         check_int8_quantizer,
         fixed(0.5 + 1e-3),
     ),
+    Contract(
+        "quant-roundtrip",
+        "linear",
+        "codes in the declared bit range and |(q - zero) * s - w| <= s / 2 per group",
+        is_quantizer,
+        None,
+        fixed(0.5 + 1e-3),
+    ),  # check bound per name in contract_check
+    Contract(
+        "config-fidelity",
+        "config",
+        "every value config.json states arrives unchanged in the reader's object",
+        is_config_reader,
+        check_config_reader,
+        fixed(1e-6),
+        judges_attributes=True,
+    ),
 ]
 
 
@@ -872,6 +1023,8 @@ def contract_check(contract: Contract, name: str) -> Callable[[dict, object, dic
     if contract.check is not None:
         return contract.check
     short = name.rsplit(".", 1)[-1]
+    if contract.name == "quant-roundtrip":
+        return check_quant_roundtrip(short)
     return check_mask_builder(short) if contract.name == "attention-mask-4d" else check_gated_activation(short)
 
 
@@ -885,6 +1038,7 @@ def judge(calls, context: dict) -> list[dict]:
         if contract is None:
             continue
         output = getattr(call, "writes", {}) if contract.judges_writes else call.output
+        output = getattr(call, "attributes", {}) if contract.judges_attributes else output
         try:
             size = contract_check(contract, call.function)(call.inputs, output, context)
         except (RuntimeError, ValueError, TypeError, IndexError):  # shapes that do not fit the role

@@ -1,0 +1,93 @@
+"""config-fidelity and quant-roundtrip on real tinyserve trees: a copy with a fault written into its
+config reader or its int4 quantizer breaks the contract on that function; the bug-free tree (float32,
+bfloat16, int8, int4, a config variant that states more keys) keeps both."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.probe.prober import Prober
+from tools.scenario import from_dict
+
+TINYSERVE = Path(__file__).resolve().parents[3] / "benchmark" / "subjects" / "tinyserve"
+PROMPT = [(5 * i + 2) % 400 + 3 for i in range(24)]
+
+
+def scenario(arch: str, dtype: str, model: dict | None = None, options: dict | None = None):
+    return from_dict(
+        {
+            "model": {"arch": arch, "seed": 1, **(model or {})},
+            "target": {"engine": "tinyserve", "dtype": dtype, "options": {"block_size": 16, **(options or {})}},
+            "workload": {
+                "requests": [
+                    {"prompt_ids": PROMPT, "max_tokens": 2, "sampling": {"temperature": 0.0, "ignore_eos": True}}
+                ]
+            },
+        }
+    )
+
+
+def verdicts(sc, tree: Path = TINYSERVE) -> dict[str, dict]:
+    found = Prober().run_target(sc, tree, taps=[], function_checks=True).meta["function_checks"]
+    return {v["contract"] + " " + v["function"].split(":")[-1]: v for v in found}
+
+
+def faulty_tree(tmp_path: Path, rel: str, old: str, new: str) -> Path:
+    tree = tmp_path / "tinyserve"
+    shutil.copytree(TINYSERVE, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    path = tree / "tinyserve" / rel
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return tree
+
+
+def only_contract(found: dict[str, dict], contract: str) -> list[dict]:
+    return [v for v in found.values() if v["contract"] == contract]
+
+
+def test_a_reader_that_reads_the_wrong_eps_key_breaks_config_fidelity(tmp_path: Path):
+    tree = faulty_tree(tmp_path, "config.py", 'hf.get("rms_norm_eps", 1e-6)', 'hf.get("layer_norm_eps", 1e-6)')
+    found = only_contract(
+        verdicts(scenario("llama", "float32", {"config_json": {"rms_norm_eps": 1e-5}}), tree), "config-fidelity"
+    )
+    assert [v["function"].split(":")[-1] for v in found if v["violations"]] == ["ModelConfig.from_dict"]
+    assert found[0]["max_violation"] == pytest.approx(0.9)  # 1e-6 kept where the file states 1e-5
+
+
+def test_an_int4_scale_over_sixteen_steps_breaks_quant_roundtrip(tmp_path: Path):
+    tree = faulty_tree(tmp_path, "quantization.py", "(hi - lo) / 15.0", "(hi - lo) / 16.0")
+    found = only_contract(
+        verdicts(scenario("llama", "float32", options={"quantization": "int4", "quant_group_size": 32}), tree),
+        "quant-roundtrip",
+    )
+    assert [v["function"].split(":")[-1] for v in found if v["violations"]] == ["quantize_group_int4"]
+    assert found[0]["max_violation"] > 0.9  # the largest weight of a group clipped by a whole step
+
+
+@pytest.mark.parametrize(
+    "arch, dtype, model, options",
+    [
+        ("llama", "float32", {"config_json": {"rms_norm_eps": 1e-5}}, {"quantization": "int4", "quant_group_size": 32}),
+        pytest.param("gemma2", "bfloat16", {}, {"quantization": "int8"}, marks=pytest.mark.slow),
+        pytest.param(
+            "qwen2",
+            "float32",
+            {"omit_keys": ["rope_parameters"], "config_json": {"rope_theta": 500000.0, "head_dim": 16}},
+            {},
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_bug_free_tinyserve_keeps_config_fidelity_and_quant_roundtrip(arch, dtype, model, options):
+    found = verdicts(scenario(arch, dtype, model, options))
+    judged = {v["contract"] for v in found.values()}
+    broken = [
+        k for k, v in found.items() if v["violations"] and v["contract"] in ("config-fidelity", "quant-roundtrip")
+    ]
+    assert not broken, broken
+    assert "config-fidelity" in judged
+    assert "quant-roundtrip" in judged or options.get("quantization") != "int4"
