@@ -2,9 +2,9 @@
 
 With no history to restore (a bug at base), a function is judged on its own: its recorded inputs
 go through an fp64 recomputation of the rule its role implies (RMSNorm, a gated activation,
-soft-capping, a rotary table or rotation, a mask, a top-k / top-p / min-p cut, a penalty, an int8
-quantizer) and its recorded output is compared with it. Roles are recognised from the function's
-name and parameter names only (the vocabulary serving engines share: `weight`, `eps`,
+soft-capping, a rotary table or rotation, a mask, a top-k / top-p / min-p cut, a penalty, a weight
+quantizer's round trip, a config reader's fidelity to the file) and its recorded output is compared
+with it. Roles are recognised from the function's name and parameter names only (the vocabulary serving engines share: `weight`, `eps`,
 `inv_freq`, `positions`, `sliding_window`, `top_k`, …), never from an engine's module layout.
 
 A check returns the violation size in the units of its tolerance (relative error, or the share of
