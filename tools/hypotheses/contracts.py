@@ -809,6 +809,7 @@ def is_quantizer(name: str, params: tuple[str, ...]) -> bool:
 
 # Checkpoint config keys whose meaning is unambiguous, each with the names a reader may keep it
 # under; a reader's object that has one of these attributes must hold the value the file states.
+# Not `sliding_window`: a file may state one that another key switches off (qwen2's use_sliding_window).
 CONFIG_KEYS = (
     ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
     ("rope_theta",),
@@ -820,7 +821,6 @@ CONFIG_KEYS = (
     ("num_key_value_heads",),
     ("vocab_size",),
     ("max_position_embeddings",),
-    ("sliding_window",),
     ("attn_logit_softcapping",),
     ("final_logit_softcapping",),
     ("query_pre_attn_scalar",),

@@ -5,14 +5,20 @@ bfloat16, int8, int4, a config variant that states more keys) keeps both."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from tools.engines.functaps import function_taps
+from tools.engines.tinyserve import CONFIG_AXES
+from tools.hypotheses.contracts import contract_for, judge
+from tools.probe.checkpoints import TINY_PRESETS, edited_config, hf_config_keys
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
 TINYSERVE = Path(__file__).resolve().parents[3] / "benchmark" / "subjects" / "tinyserve"
+ARCHS = tuple(a for a in TINY_PRESETS if a in ("llama", "qwen2", "mistral", "gemma2"))
 PROMPT = [(5 * i + 2) % 400 + 3 for i in range(24)]
 
 
@@ -91,3 +97,45 @@ def test_bug_free_tinyserve_keeps_config_fidelity_and_quant_roundtrip(arch, dtyp
     assert not broken, broken
     assert "config-fidelity" in judged
     assert "quant-roundtrip" in judged or options.get("quantization") != "int4"
+
+
+def reader_verdicts(config: dict) -> list[dict]:
+    """config-fidelity verdicts of tinyserve's own config reader given `config`, in this process."""
+    import importlib.util
+
+    path = TINYSERVE / "tinyserve" / "config.py"
+    spec = importlib.util.spec_from_file_location("tinyserve_config_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    with function_taps(str(TINYSERVE), lambda q, p: contract_for(q, p) is not None) as calls:
+        module.ModelConfig.from_dict(config)
+    return [v for v in judge(calls, {}) if v["contract"] == "config-fidelity"]
+
+
+def written_config(model: dict) -> dict:
+    """config.json as tools.probe.checkpoints writes it for a [model] table (no weights)."""
+    from transformers import AutoConfig
+
+    written = AutoConfig.for_model(model["arch"], **hf_config_keys(model)).to_dict()
+    return edited_config(written, model)
+
+
+def test_tinyserves_config_reader_keeps_config_fidelity_on_every_arch_and_config_variant():
+    variants = [({}, ARCHS)] + [(dict(a.model), tuple(a.archs) or ARCHS) for a in CONFIG_AXES]
+    judged = 0
+    for model, archs in variants:
+        for arch in archs:
+            found = reader_verdicts(written_config({"arch": arch, **model}))
+            assert [v for v in found if v["violations"]] == [], (arch, model, found)
+            judged += len(found)
+    assert judged >= len(variants)
+
+
+def test_a_reader_that_drops_a_stated_value_breaks_config_fidelity():
+    config = written_config({"arch": "gemma2", "rms_norm_eps": 1e-5, "final_logit_softcapping": 7.0})
+    assert [v["violations"] for v in reader_verdicts(config)] == [0]
+    fake = {**config, "final_logit_softcapping": 7.0, "model_type": "llama"}  # the llama reader drops softcaps
+    (v,) = reader_verdicts(fake)
+    assert v["violations"] == 1 and v["max_violation"] == 1.0
