@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
+import re
 import textwrap
 from collections import Counter
 
@@ -346,3 +348,37 @@ def with_body(source: str, fn: Function, body: list[str]) -> str:
     indent = body_line[: len(body_line) - len(body_line.lstrip())]
     keep = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
     return "".join(lines[:keep]) + "".join(f"{indent}{line}\n" if line.strip() else "\n" for line in body)
+
+
+def kept_call_version(now_src: str, old_src: str, name: str) -> str | None:
+    """The caller's old version with its lines that now use `name` kept as they are now: its whole
+    restore except the helper's use, so the helper's output feeds the value the old line computed.
+    Lines are compared hunk by hunk (difflib): in a changed hunk, an old one-line assignment is replaced
+    by the current line that names `name` and assigns the same target (each target once on each side);
+    an inserted hunk of lines that all name it is kept; everything else is restored. None where no
+    line is kept or the result does not parse."""
+    now, old = now_src.splitlines(keepends=True), old_src.splitlines(keepends=True)
+    word = re.compile(rf"\b{re.escape(name.rsplit('.', 1)[-1])}\b")
+    out: list[str] = []
+    kept = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, now, autojunk=False).get_opcodes():
+        mine, theirs = old[i1:i2], now[j1:j2]
+        if op == "insert" and all(word.search(line) for line in theirs):
+            out, kept = out + theirs, kept + 1
+            continue
+        uses, targets = Counter(_target(b) for b in theirs), Counter(_target(a) for a in mine)
+        for line in mine:
+            t = _target(line)
+            same = [b for b in theirs if t is not None and _target(b) == t and word.search(b)]
+            if op == "replace" and same and uses[t] == 1 and targets[t] == 1:
+                out, kept = out + same, kept + 1
+            else:
+                out.append(line)
+    text = "".join(out)
+    return text if kept and function_node(text) is not None and word.search(text) else None
+
+
+def _target(line: str) -> str | None:
+    """The target and operator of a one-line assignment (`x =`, `x +=`), else None."""
+    m = re.match(r"\s*([\w.\[\]]+(?:\s*,\s*[\w.\[\]]+)*)\s*([-+*/|&]?=)(?!=)", line)
+    return f"{m.group(1)} {m.group(2)}" if m else None
