@@ -382,3 +382,63 @@ def _target(line: str) -> str | None:
     """The target and operator of a one-line assignment (`x =`, `x +=`), else None."""
     m = re.match(r"\s*([\w.\[\]]+(?:\s*,\s*[\w.\[\]]+)*)\s*([-+*/|&]?=)(?!=)", line)
     return f"{m.group(1)} {m.group(2)}" if m else None
+
+
+# ---- a class's own statements (field defaults, class attributes), apart from its methods -----------
+
+
+def class_statements(source: str) -> list[str] | None:
+    """The statements of a class's body that are not defs (dataclass fields, class attributes), as
+    dumps, docstring aside; None where `source` is not one class."""
+    cls = _class_node(source)
+    if cls is None:
+        return None
+    return [_key(st) for st in _own_statements(cls)]
+
+
+def class_statements_restored(now_src: str, old_src: str) -> str | None:
+    """The class as it is now with its own statements (not its methods) those of `old_src`: the old
+    statements first, in their order, then the current methods. None where either is not a class or
+    the result does not parse."""
+    now, old = _class_node(now_src), _class_node(old_src)
+    if now is None or old is None or not now.body:
+        return None
+    now_lines, old_lines = textwrap.dedent(now_src).splitlines(), textwrap.dedent(old_src).splitlines()
+    indent = " " * now.body[0].col_offset
+
+    def text(lines: list[str], st: ast.stmt) -> list[str]:
+        first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", []))])
+        return [line[st.col_offset :] for line in lines[first - 1 : st.end_lineno or st.lineno]]
+
+    body = [line for st in _docstring(old) + _own_statements(old) for line in text(old_lines, st)]
+    methods = [line for st in now.body if _is_def(st) for line in ["", *text(now_lines, st)]]
+    header = now_lines[: now.body[0].lineno - 1]
+    result = "\n".join([*header, *(f"{indent}{x}" if x.strip() else "" for x in body + methods)]) + "\n"
+    if _class_node(result) is None:
+        return None
+    outer = now_src[: len(now_src) - len(now_src.lstrip())].rpartition("\n")[2]  # a nested class's indent
+    return "".join(f"{outer}{line}" if line.strip() else line for line in result.splitlines(keepends=True))
+
+
+def _class_node(source: str) -> ast.ClassDef | None:
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
+
+
+def _is_def(st: ast.stmt) -> bool:
+    return isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+
+
+def _docstring(cls: ast.ClassDef) -> list[ast.stmt]:
+    first = cls.body[0] if cls.body else None
+    is_doc = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
+    return [first] if is_doc and first is not None else []
+
+
+def _own_statements(cls: ast.ClassDef) -> list[ast.stmt]:
+    return [st for st in cls.body if not _is_def(st) and st not in _docstring(cls)]

@@ -22,6 +22,7 @@ from tools.history.gitrepo import (
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
+    class_statements_restored,
     faithful_move,
     function_node,
     inline_version,
@@ -88,6 +89,8 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
             return None, "", ""
         with scratch_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
+            if before.kind == "class":  # its own statements only: its methods are candidates of their own
+                restored = class_statements_restored(current, restored) or current
             if same_code(h.file, current, restored) or not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
