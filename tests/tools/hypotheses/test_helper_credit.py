@@ -367,7 +367,7 @@ def test_a_new_helper_outranks_a_caller_whose_restore_but_for_its_use_of_it_stil
     )
     assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
     assert "restored in full it agrees" in helper.evidence[0]
-    assert "+    out = _activated(x[..., :d])" in helper.verifying_diff  # the kept call in the old caller
+    assert "+    d = x.shape[-1] // 2\n     out = _activated(x[..., :d])" in helper.verifying_diff  # the call kept
     assert not caller.verified and "credited to the callee" in caller.evidence[0]
 
 
@@ -376,7 +376,7 @@ def test_a_caller_restored_but_for_its_use_of_a_correct_new_helper_that_agrees_k
     """The other side (C-kind: the caller at fault, the helper right but written differently, so not
     a faithful move): the caller restored but for its use of the helper agrees, so it keeps the credit."""
     ranked, caller, helper = refactored(
-        RESPLIT_CALLER.format(up=":d, d - d"), ACTIVATED.format(body="gate * torch.sigmoid(gate)"), "_activated"
+        RESPLIT_CALLER.format(up=":d"), ACTIVATED.format(body="gate * torch.sigmoid(gate)"), "_activated"
     )
     assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
     assert any("restored but for its use of _activated it agrees" in e for e in caller.evidence)
