@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.faults_tinyserve import tree_at_base
 from tests.tools.hypotheses.test_helper_credit import diagnose
 from tools.hypotheses.evidence import Culprit, Hypothesis
@@ -52,20 +54,30 @@ def commit(repo, old: str, new: str) -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
 
 
-def test_a_changed_field_default_makes_the_class_a_candidate_whose_restore_verifies_it(tmp_path):
-    """Regression (held-out D case: nothing verified): a commit changes a dataclass field default and
-    a method of the same class. The class is a culprit candidate of its own; restoring its fields, its
-    methods as they are now, removes the divergence, while restoring the method does not."""
+def committed(tmp_path):
+    """A copy of the subject where one commit changes a field default, then two edit a method. -> (repo, shas)"""
     repo = tree_at_base(tmp_path / "repo", None)
-    commit(repo, "repetition_penalty: float = 1.0 ", "repetition_penalty: float = 3.0 ")
-    sha = commit(repo, "self.stop = [self.stop]", "self.stop = [str(self.stop)]")
-    sha = commit(repo, "[str(self.stop)]", "[str(self.stop)] if self.stop else []")  # a later edit of the method
-    touched = {s.qualname for s, _, _ in culprit_functions(repo, open_index(repo), Culprit(sha, "", "", ""))}
-    assert touched == {"SamplingParams.__post_init__"}  # a method-only commit leaves the class out
-    first = subprocess.run(["git", "rev-parse", "HEAD~2"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    touched = {s.qualname for s, _, _ in culprit_functions(repo, open_index(repo), Culprit(first, "", "", ""))}
-    assert touched == {"SamplingParams"}
-    method = Hypothesis(PARAMS, "SamplingParams.__post_init__", sha, "sampling", 0.3, "", [], score=2.0)
+    first = commit(repo, "repetition_penalty: float = 1.0 ", "repetition_penalty: float = 3.0 ")
+    commit(repo, "self.stop = [self.stop]", "self.stop = [str(self.stop)]")
+    return repo, first, commit(repo, "[str(self.stop)]", "[str(self.stop)] if self.stop else []")
+
+
+def test_a_commit_that_changes_a_field_default_makes_its_class_a_candidate_and_one_that_edits_a_method_does_not(
+    tmp_path,
+):
+    repo, first, last = committed(tmp_path)
+    for sha, expected in ((first, {"SamplingParams"}), (last, {"SamplingParams.__post_init__"})):
+        touched = culprit_functions(repo, open_index(repo), Culprit(sha, "", "", ""))
+        assert {s.qualname for s, _, _ in touched} == expected
+
+
+@pytest.mark.slow
+def test_a_class_whose_field_default_changed_is_verified_by_restoring_its_fields_apart_from_its_methods(tmp_path):
+    """Regression (held-out D case: nothing verified): a commit changes a dataclass field default, later
+    ones a method of the same class. Restoring the class's fields, its methods as they are now, removes
+    the divergence; restoring the method does not."""
+    repo, first, last = committed(tmp_path)
+    method = Hypothesis(PARAMS, "SamplingParams.__post_init__", last, "sampling", 0.3, "", [], score=2.0)
     cls = Hypothesis(PARAMS, "SamplingParams", first, "sampling", 0.3, "", [], score=1.0)
     ranked = diagnose(repo, [method, cls])
     assert ranked[0] is cls and cls.verified and cls.verified_by == "restore"
