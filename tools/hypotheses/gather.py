@@ -33,7 +33,7 @@ from tools.hypotheses.contracts import contract_for
 from tools.hypotheses.coverage import RAN, UNRECORDED, Coverage
 from tools.hypotheses.coverage import ran as ran_status
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
-from tools.hypotheses.moved import function_node
+from tools.hypotheses.moved import class_statements, function_node
 from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
 from tools.source.index import Symbol, commit_changes, open_index
@@ -136,10 +136,20 @@ def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[
             old = None
         for change in commit_changes(repo, sha, diff, index):
             sym = change.symbol
-            if sym is not None and sym.kind != "class" and _is_source(change.file):
-                existed = old is not None and any(s.file == sym.file for s in old.find(sym.qualname))
-                out.append((sym, sha, existed))
+            if sym is None or not _is_source(change.file) or (sym.kind == "class" and not _own_change(old, index, sym)):
+                continue
+            existed = old is not None and any(s.file == sym.file for s in old.find(sym.qualname))
+            out.append((sym, sha, existed))
     return out
+
+
+def _own_change(old, index, cls: Symbol) -> bool:
+    """The commit changed the class's own statements (a field default, a class attribute), not only
+    its methods: the class is then a candidate, restorable apart from them."""
+    before = next((s for s in old.find(cls.qualname) if s.file == cls.file), None) if old is not None else None
+    if before is None:
+        return False
+    return class_statements(index.read(cls)) != class_statements(old.read(before))
 
 
 def _diff(repo: Path, sha: str) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
+import re
 import textwrap
 from collections import Counter
 
@@ -346,3 +348,97 @@ def with_body(source: str, fn: Function, body: list[str]) -> str:
     indent = body_line[: len(body_line) - len(body_line.lstrip())]
     keep = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
     return "".join(lines[:keep]) + "".join(f"{indent}{line}\n" if line.strip() else "\n" for line in body)
+
+
+def kept_call_version(now_src: str, old_src: str, name: str) -> str | None:
+    """The caller's old version with its lines that now use `name` kept as they are now: its whole
+    restore except the helper's use, so the helper's output feeds the value the old line computed.
+    Lines are compared hunk by hunk (difflib): in a changed hunk, an old one-line assignment is replaced
+    by the current line that names `name` and assigns the same target (each target once on each side);
+    an inserted hunk of lines that all name it is kept; everything else is restored. None where no
+    line is kept or the result does not parse."""
+    now, old = now_src.splitlines(keepends=True), old_src.splitlines(keepends=True)
+    word = re.compile(rf"\b{re.escape(name.rsplit('.', 1)[-1])}\b")
+    out: list[str] = []
+    kept = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, now, autojunk=False).get_opcodes():
+        mine, theirs = old[i1:i2], now[j1:j2]
+        if op == "insert" and all(word.search(line) for line in theirs):
+            out, kept = out + theirs, kept + 1
+            continue
+        uses, targets = Counter(_target(b) for b in theirs), Counter(_target(a) for a in mine)
+        for line in mine:
+            t = _target(line)
+            same = [b for b in theirs if t is not None and _target(b) == t and word.search(b)]
+            if op == "replace" and same and uses[t] == 1 and targets[t] == 1:
+                out, kept = out + same, kept + 1
+            else:
+                out.append(line)
+    text = "".join(out)
+    return text if kept and function_node(text) is not None and word.search(text) else None
+
+
+def _target(line: str) -> str | None:
+    """The target and operator of a one-line assignment (`x =`, `x +=`), else None."""
+    m = re.match(r"\s*([\w.\[\]]+(?:\s*,\s*[\w.\[\]]+)*)\s*([-+*/|&]?=)(?!=)", line)
+    return f"{m.group(1)} {m.group(2)}" if m else None
+
+
+# ---- a class's own statements (field defaults, class attributes), apart from its methods -----------
+
+
+def class_statements(source: str) -> list[str] | None:
+    """The statements of a class's body that are not defs (dataclass fields, class attributes), as
+    dumps, docstring aside; None where `source` is not one class."""
+    cls = _class_node(source)
+    if cls is None:
+        return None
+    return [_key(st) for st in _own_statements(cls)]
+
+
+def class_statements_restored(now_src: str, old_src: str) -> str | None:
+    """The class as it is now with its own statements (not its methods) those of `old_src`: the old
+    statements first, in their order, then the current methods. None where either is not a class or
+    the result does not parse."""
+    now, old = _class_node(now_src), _class_node(old_src)
+    if now is None or old is None or not now.body:
+        return None
+    now_lines, old_lines = textwrap.dedent(now_src).splitlines(), textwrap.dedent(old_src).splitlines()
+    indent = " " * now.body[0].col_offset
+
+    def text(lines: list[str], st: ast.stmt) -> list[str]:
+        first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", []))])
+        return [line[st.col_offset :] for line in lines[first - 1 : st.end_lineno or st.lineno]]
+
+    body = [line for st in _docstring(old) + _own_statements(old) for line in text(old_lines, st)]
+    methods = [line for st in now.body if _is_def(st) for line in ["", *text(now_lines, st)]]
+    header = now_lines[: now.body[0].lineno - 1]
+    result = "\n".join([*header, *(f"{indent}{x}" if x.strip() else "" for x in body + methods)]) + "\n"
+    if _class_node(result) is None:
+        return None
+    outer = now_src[: len(now_src) - len(now_src.lstrip())].rpartition("\n")[2]  # a nested class's indent
+    return "".join(f"{outer}{line}" if line.strip() else line for line in result.splitlines(keepends=True))
+
+
+def _class_node(source: str) -> ast.ClassDef | None:
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
+
+
+def _is_def(st: ast.stmt) -> bool:
+    return isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+
+
+def _docstring(cls: ast.ClassDef) -> list[ast.stmt]:
+    first = cls.body[0] if cls.body else None
+    is_doc = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
+    return [first] if is_doc and first is not None else []
+
+
+def _own_statements(cls: ast.ClassDef) -> list[ast.stmt]:
+    return [st for st in cls.body if not _is_def(st) and st not in _docstring(cls)]

@@ -22,9 +22,11 @@ from tools.history.gitrepo import (
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
+    class_statements_restored,
     faithful_move,
     function_node,
     inline_version,
+    kept_call_version,
     lost_text,
     only_its_use,
     same_def,
@@ -87,6 +89,8 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
             return None, "", ""
         with scratch_worktree(repo, "HEAD") as tree:
             current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
+            if before.kind == "class":  # its own statements only: its methods are candidates of their own
+                restored = class_statements_restored(current, restored) or current
             if same_code(h.file, current, restored) or not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
@@ -229,7 +233,9 @@ def prefer_callee(
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
         withdraw(h, broken, "reaches")
         return broken
-    used = next((c for c in callees if use_only_changed(before, after, called_name(c, reach) or "")), None)
+    use_only = [c for c in callees if use_only_changed(before, after, called_name(c, reach) or "")]
+    # a helper the commit created first: a callee that existed before routes the same old code either way
+    used = next((c for c in use_only if is_new(repo, c)), use_only[0] if use_only else None)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
         h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
@@ -238,6 +244,8 @@ def prefer_callee(
     elif touched_only and not dropped and (deeper := isolated_helper(repo, h, suspects, repro, prober)):
         withdraw(h, deeper, "reaches")
         return deeper
+    elif touched_only and not dropped and (kept := helper_kept(repo, h, callees, before, after, reach, repro, prober)):
+        return kept
     for c in callees:
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
@@ -300,6 +308,69 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     mark_verified(used, "restore", how, h.verifying_diff)
     withdraw(h, used, "only changes its use of")
     return True
+
+
+KEPT_CALLS_TRIED = 2  # new helpers whose caller is restored around its call to them
+
+
+def helper_kept(
+    repo: Path,
+    h: Hypothesis,
+    callees: list[Hypothesis],
+    before: str,
+    after: str,
+    reach: set[str],
+    repro: Reproduction,
+    prober: Prober,
+) -> Hypothesis | None:
+    """h's verifying restore changes more than its use of a helper its commit created, so which of the
+    two carries the divergence is open. h is restored but keeps its lines that use the helper (the
+    helper's output feeds the value the old line computed: tools.hypotheses.moved.kept_call_version).
+    If the divergence stays, the helper's own code carries it and it outranks h; if it goes, h's other
+    changes carry it and h keeps the credit. A helper whose body is the code h lost, moved unchanged,
+    is not tried (h keeps it)."""
+    tried = 0
+    for c in callees:
+        name = called_name(c, reach) or ""
+        if tried >= KEPT_CALLS_TRIED or c.commit != h.commit or not name or not is_new(repo, c):
+            continue
+        version = kept_call_version(before, after, name)
+        if version is None or faithful_move(function_source(repo, c) or "", before, after, name):
+            continue
+        tried += 1
+        outcome = probe_version(repo, h, version, repro, prober)
+        if outcome is True:
+            h.evidence.append(
+                f"restored but for its use of {c.function} it still diverges: {c.function}'s own code carries it"
+            )
+            how = (
+                f"its caller {h.function} restored to before {(c.commit or '')[:10]} but for its use of "
+                f"{c.function} (new in that commit) still diverges, and restored in full it agrees: "
+                f"{c.function}'s own code carries the divergence"
+            )
+            mark_verified(c, "restore", how, function_diff(h.file, before, version))
+            withdraw(h, c, "still diverges restored all but its use of")
+            return c
+        if outcome is False:
+            h.evidence.append(
+                f"restored but for its use of {c.function} it agrees: its own other changes carry the divergence"
+            )
+    return None
+
+
+def probe_version(repo: Path, h: Hypothesis, version: str, repro: Reproduction, prober: Prober) -> bool | None:
+    """Does the failing scenario still diverge with h's function replaced by `version`? None: untested."""
+    if not diverges(repro):
+        return None
+    try:
+        with scratch_worktree(repo, "HEAD") as tree:
+            path = tree / h.file
+            if not restore_function(tree, h.file, h.function, version):
+                return None
+            forget_bytecode(path)
+            return prober.probe(repro.scenario, tree).diverged
+    except (GitError, EngineRunError):
+        return None
 
 
 DEEPER_HELPERS_TRIED = 2  # new helpers further down given their own caller's old inline code

@@ -21,6 +21,7 @@ from tools.hypotheses.moved import (
     faithful_move,
     function_node,
     inline_version,
+    kept_call_version,
     only_its_use,
     same_def,
 )
@@ -344,3 +345,49 @@ def test_passthrough_version_takes_a_function_s_own_do_nothing_path():
     assert passthrough_version("def g(x):\n    return x\n") is None  # nothing else to take away
     nested = "def g(x):\n    def h(y):\n        return y\n    return h(x) + 1\n"
     assert passthrough_version(nested) is None  # a nested function's return is not g's
+
+
+# The commit also rewrites how the caller splits its input (the same split for an even width), so its
+# restore changes more than its use of the helper, and the helper's parameter is an expression of a
+# caller's local: neither the only-its-use rule nor the helper-given-old-code probe applies.
+RESPLIT_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    d = x.shape[-1] - x.shape[-1] // 2
+    out = _activated(x[..., :d])
+    return out.mul_(x[..., {up}:])
+"""
+
+
+def test_a_new_helper_outranks_a_caller_whose_restore_but_for_its_use_of_it_still_diverges(refactored):
+    """Regression (held-out B cases: the caller kept rank 1): the caller's restore also undoes a
+    harmless rewrite, the helper is wrong. The caller restored but for its line that uses the helper
+    still diverges: the helper's own code carries it and outranks the caller."""
+    ranked, caller, helper = refactored(
+        RESPLIT_CALLER.format(up="d"), ACTIVATED.format(body="F.gelu(gate)"), "_activated"
+    )
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "restored in full it agrees" in helper.evidence[0]
+    assert "+    d = x.shape[-1] // 2\n     out = _activated(x[..., :d])" in helper.verifying_diff  # the call kept
+    assert not caller.verified and "credited to the callee" in caller.evidence[0]
+
+
+@slow
+def test_a_caller_restored_but_for_its_use_of_a_correct_new_helper_that_agrees_keeps_the_credit(refactored):
+    """The other side (C-kind: the caller at fault, the helper right but written differently, so not
+    a faithful move): the caller restored but for its use of the helper agrees, so it keeps the credit."""
+    ranked, caller, helper = refactored(
+        RESPLIT_CALLER.format(up=":d"), ACTIVATED.format(body="gate * torch.sigmoid(gate)"), "_activated"
+    )
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("restored but for its use of _activated it agrees" in e for e in caller.evidence)
+    assert not helper.verified
+
+
+def test_kept_call_version_restores_all_but_the_lines_that_use_the_helper():
+    old = 'def f(s, b):\n    """Old."""\n    d = b // 2\n    p = range(s, s + d)\n    k = [i for i in p]\n    return p, k\n'
+    now = 'def f(s, b):\n    """New,\n    two lines."""\n    d = b - b // 2\n    p = h(s, d)\n    k = list(p)\n    return p, k\n'
+    kept = kept_call_version(now, old, "h")
+    assert kept == old.replace("range(s, s + d)", "h(s, d)")
+    assert kept_call_version(now, old, "g") is None  # no line uses it: nothing to keep
+    other_target = now.replace("p = h(s, d)", "q = h(s, d)")
+    assert kept_call_version(other_target, old, "h") is None  # it feeds another value
