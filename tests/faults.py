@@ -105,15 +105,15 @@ MIN_P_HALVED = (
 )
 
 
-def buggy_tinyserve(dest: Path, old: str, new: str) -> Path:
-    """A copy of the pristine tinyserve with one edit in its sampler; returns the tree's root."""
+def buggy_tinyserve(dest: Path, old: str, new: str, file: Path = TINYSERVE_SAMPLER) -> Path:
+    """A copy of the pristine tinyserve with one edit in `file` (its sampler by default); returns the tree's root."""
     import shutil
 
     from tools.engines.tinyserve import SUBJECT_ROOT
 
     shutil.copytree(SUBJECT_ROOT / "tinyserve", dest / "tinyserve")
-    path = dest / TINYSERVE_SAMPLER
+    path = dest / file
     text = path.read_text()
-    assert old in text, "the sampler changed: update the fault"
+    assert old in text, f"{file} changed: update the fault"
     path.write_text(text.replace(old, new))
     return dest

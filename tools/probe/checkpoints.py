@@ -11,6 +11,12 @@ checkpoint can look like the ones users ship rather than like transformers 5's f
 `omit_keys` (keys dropped: the reader falls back to its defaults) and `config_json` (keys written
 as given, e.g. a legacy `rope_scaling` with `type` and a top-level `rope_theta`). Neither changes
 the weights.
+
+One `[model]` key changes the weights after the factory (WEIGHT_KEYS): `perturb_init = true` gives every
+parameter that transformers initialises to a constant (biases 0, norm weights 1, or 0 for gemma's
+`1 + w` norms) seeded noise. Under constant init an engine that drops a bias, skips a norm's weight or
+reads `w` for `1 + w` computes the same numbers as a correct one; a sweep that should see such bugs
+asks for perturbed weights. Without the key the factory is exactly the contract above.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ TINY_PRESETS: dict[str, dict] = {
     ),
 }
 FILE_KEYS = ("omit_keys", "config_json")  # edit config.json after save_pretrained, never AutoConfig's input
+WEIGHT_KEYS = ("perturb_init",)  # edit the weights after the factory, never AutoConfig's input
+PERTURB_STD = 0.1  # noise on constant-initialised tensors: well above bf16 rounding, small beside a norm's 1
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 = pad, bos, eos
 
 # A fixed corpus for the byte-level BPE; its exact wording only sets which merges exist.
@@ -69,8 +77,8 @@ def model_config_keys(model: dict) -> dict:
 
 
 def hf_config_keys(model: dict) -> dict:
-    """[model] table -> the keys AutoConfig takes (FILE_KEYS edit the written file instead)."""
-    return {k: v for k, v in model_config_keys(model).items() if k not in FILE_KEYS}
+    """[model] table -> the keys AutoConfig takes (FILE_KEYS edit the written file, WEIGHT_KEYS the weights)."""
+    return {k: v for k, v in model_config_keys(model).items() if k not in FILE_KEYS + WEIGHT_KEYS}
 
 
 def checkpoint_key(model: dict) -> str:
@@ -176,11 +184,29 @@ def write_checkpoint(model: dict, out: Path) -> None:
     config = AutoConfig.for_model(model["arch"], **hf_config_keys(model))
     torch.manual_seed(int(model.get("seed", 0)))
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if model.get("perturb_init"):
+        perturb_constant_params(net, int(model.get("seed", 0)))
     net.save_pretrained(out, safe_serialization=True)
     build_tokenizer(config.vocab_size).save_pretrained(out)
     if any(k in model for k in FILE_KEYS):
         path = out / "config.json"
         path.write_text(json.dumps(edited_config(json.loads(path.read_text()), model), indent=2, sort_keys=True))
+
+
+def perturb_constant_params(net, seed: int) -> list[str]:
+    """Add seeded N(0, PERTURB_STD) noise to every parameter of more than one element whose values are
+    all equal (what from_config leaves constant); names visited in sorted order so the result depends on
+    the seed and the parameter set only. Returns the names perturbed."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 7919)  # a stream apart from the factory's own seed
+    perturbed = []
+    with torch.no_grad():
+        for name, p in sorted(net.named_parameters(), key=lambda kv: kv[0]):
+            if p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * PERTURB_STD)
+                perturbed.append(name)
+    return perturbed
 
 
 def edited_config(written: dict, model: dict) -> dict:
