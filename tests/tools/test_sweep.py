@@ -90,6 +90,7 @@ def test_config_variant_goes_to_the_checkpoint_not_the_engine():
     assert sc.target.options == {}
     plain = scenario_of(Cell("llama", "float32", "none", "long"), target, FEATURES, None, VARIANTS)
     assert "rope_scaling" not in plain.model
+    assert sc.model["perturb_init"] and plain.model["perturb_init"]  # biases and norm weights not 0 and 1
 
 
 def _report(model: dict, dtype: str = "float32", options: dict | None = None, sampled: bool = False):

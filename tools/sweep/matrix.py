@@ -40,6 +40,9 @@ SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, share
 # checkpoints keep apart (gemma2-27b: query_pre_attn_scalar 144, head_dim 128): a code path that
 # reads the one for the other is then wrong by a visible factor.
 MODEL_OVERRIDES = {"gemma2": {"query_pre_attn_scalar": 24}}
+# Every cell's weights have their constant-initialised tensors perturbed (biases, norm weights): under
+# transformers' init they are 0 and 1, and an engine that drops a bias or a norm's weight would pass.
+BASE_MODEL = {"seed": 0, "perturb_init": True}
 # Per-request sampling in one batch, each request with settings the others lack, so a sampler that
 # applies one request's settings (or the batch's largest) to every row shows: a top-k that bites, a
 # min-p that bites, presence/frequency and repetition penalties, a greedy request with penalties.
@@ -248,7 +251,7 @@ def scenario_of(
     for r in requests:
         r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
     variant = (variants or {}).get(cell.config)
-    model = {"arch": cell.arch, "seed": 0, **MODEL_OVERRIDES.get(cell.arch, {}), **(variant.model if variant else {})}
+    model = {"arch": cell.arch, **BASE_MODEL, **MODEL_OVERRIDES.get(cell.arch, {}), **(variant.model if variant else {})}
     data = {
         "model": model,
         "target": {
