@@ -24,10 +24,23 @@ SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
 ISSUES = REAL
 # Real set: train, dev, test, test2 and test3 (all seen; fitted and cross-validated on since the fourth round;
 # test3 was scored once with the classifier frozen at 09fa157 first), test4 (fourth collection, scored once at
-# 17e137a, fitted on since the fifth round), test5 (fifth collection, held out), test6 (sixth collection, held out;
-# see benchmark/triage/real/README.md).
+# 17e137a, fitted on since the fifth round), test5 (fifth collection, held out), test6 (sixth collection, held out),
+# test7 (seventh collection, held out; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
-SPLIT_ORDER = ("train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "heldout", "fresh", "fresh2")
+SPLIT_ORDER = (
+    "train",
+    "dev",
+    "test",
+    "test2",
+    "test3",
+    "test4",
+    "test5",
+    "test6",
+    "test7",
+    "heldout",
+    "fresh",
+    "fresh2",
+)
 CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
 
 

@@ -13,7 +13,8 @@ the rest extra `train` (dev and the first test split stay as they were). Files `
 labelled and committed before any classifier ran on them; all of it is `test3`. Files `raw/u*.txt` are a fourth
 collection, labelled and committed the same way before any classifier ran on them; all of it is `test4`. Files
 `raw/v*.txt` are a fifth collection, labelled and committed before any classifier ran on them; all of it is `test5`.
-Files `raw/w*.txt` are a sixth collection, labelled and committed the same way; all of it is `test6`.
+Files `raw/w*.txt` are a sixth collection, labelled and committed the same way; all of it is `test6`. Files
+`raw/x*.txt` are a seventh collection, labelled and committed before any classifier ran on them; all of it is `test7`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ THIRD_COLLECTION = "t"  # raw file prefix of the third collection: all of it is 
 FOURTH_COLLECTION = "u"  # raw file prefix of the fourth collection: all of it is test4 (held out, first sight)
 FIFTH_COLLECTION = "v"  # raw file prefix of the fifth collection: all of it is test5 (held out, first sight)
 SIXTH_COLLECTION = "w"  # raw file prefix of the sixth collection: all of it is test6 (held out, first sight)
+SEVENTH_COLLECTION = "x"  # raw file prefix of the seventh collection: all of it is test7 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -60,6 +62,8 @@ def split_for(url: str, raw_name: str) -> str:
         return "test5"
     if raw_name.startswith(SIXTH_COLLECTION):
         return "test6"
+    if raw_name.startswith(SEVENTH_COLLECTION):
+        return "test7"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -113,9 +117,8 @@ def build() -> list[dict]:
 def main() -> int:
     issues = build()
     OUT.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in issues))
-    counts = {
-        s: {lab: 0 for lab in LABELS} for s in ("train", "dev", "test", "test2", "test3", "test4", "test5", "test6")
-    }
+    splits = ("train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7")
+    counts = {s: {lab: 0 for lab in LABELS} for s in splits}
     for i in issues:
         counts[i["split"]][i["label"]] += 1
     print(f"{len(issues)} issues -> {OUT}")
