@@ -32,6 +32,7 @@ from array import array
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -380,7 +381,7 @@ def tensor_number(name: str) -> int | None:
     return len(BLOCK_TENSORS) * int(head[1:]) + k
 
 
-def json_object_items(text: str) -> Iterator[tuple[str, object]]:
+def json_object_items(text: str) -> Iterator[tuple[str, Any]]:
     """The text of a JSON object -> its (key, value) pairs, each parsed when reached."""
     decoder, i = json.JSONDecoder(), _skip_space(text, 0)
     if text[i : i + 1] != "{":
