@@ -217,14 +217,13 @@ def render_markdown(report: dict) -> str:
 def divergence_series(stats, requests: list[int] | None = None) -> dict[int, list[tuple[str, float]]]:
     """TapStats -> {request: [(tap, max ratio), …] in execution order} for the diverging
     requests (all requests with a row over the threshold when `requests` is None). Pure."""
-    from tools.probe import compare
     from tools.probe import taps as tapnames
 
     if requests is None:
-        requests = sorted({s.request for s in stats if s.divergent(compare.THRESHOLD)})
+        requests = sorted({s.request for s in stats if s.diverges})
     out: dict[int, list[tuple[str, float]]] = {}
-    for s in sorted(stats, key=lambda s: (min(s.steps, default=0), tapnames.order_key(s.tap))):
-        if s.request in requests and s.positions:
+    for s in sorted(stats, key=lambda s: (s.first_step, tapnames.order_key(s.tap))):
+        if s.request in requests and s.rows:
             out.setdefault(s.request, []).append((s.tap, s.max_ratio))
     return out
 

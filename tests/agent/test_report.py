@@ -6,7 +6,7 @@ import torch
 
 from tests.agent.helpers import candidates, scenario
 from tools.hypotheses.evidence import Culprit, DrillDown, Reproduction, Trial
-from tools.probe.compare import THRESHOLD, Divergence, TapStat
+from tools.probe.compare import THRESHOLD, Divergence, summarize
 from tools.probe.prober import ProbeResult
 from tools.report import (
     COST_KEYS,
@@ -25,9 +25,7 @@ COST = {"engine_runs": 14, "llm_calls": 2, "tokens_in": 30, "tokens_out": 9, "wa
 
 def stat(tap, request, ratios):
     n = len(ratios)
-    return TapStat(
-        tap, request, list(range(n)), [0] * n, torch.tensor(ratios, dtype=torch.float64), torch.zeros(n), torch.zeros(n)
-    )
+    return summarize(tap, request, list(range(n)), [0] * n, torch.tensor(ratios, dtype=torch.float64))
 
 
 def probe():

@@ -2,16 +2,14 @@
 
 import torch
 
-from tools.probe.compare import Divergence, TapStat
+from tools.probe.compare import Divergence, summarize
 from tools.probe.prober import ProbeResult
 from tools.probe.taps import LAYER_TAPS
 from tools.report import layer_bands, plot_divergence, plot_title
 
 
 def stat(tap, ratio):
-    return TapStat(
-        tap, 0, [0, 1], [0, 0], torch.tensor([1.0, ratio], dtype=torch.float64), torch.zeros(2), torch.zeros(2)
-    )
+    return summarize(tap, 0, [0, 1], [0, 0], torch.tensor([1.0, ratio], dtype=torch.float64))
 
 
 def model_stats(layers: int, bad_layer: int):

@@ -7,6 +7,8 @@ step of each row is kept for reporting ("only decode steps").
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
@@ -78,15 +80,38 @@ def align(target: Trace, reference: Trace, high: Trace) -> list[Aligned]:
 
 def iter_aligned(target: Trace, reference: Trace, high: Trace) -> Iterator[Aligned]:
     """`align`, one (tap, request) at a time: only that tap's rows of the three traces are built, so
-    over lazily loaded traces the memory held is one tap's, whatever the number of layers."""
-    t_groups, r_groups, y_groups = block_groups(target), block_groups(reference), block_groups(high)
-    for key in sorted(t_groups, key=lambda k: (tapnames.order_key(k[0]), k[1])):
-        if key[0] in NOT_COMPARED or key not in r_groups or key not in y_groups:
+    over lazily loaded traces the memory held is one tap's, whatever the number of layers (the blocks
+    of each (tap, request) are found by bisection in an array, not held in a dict of lists)."""
+    t_blocks, r_blocks, y_blocks = (BlockFinder(trace.blocks()) for trace in (target, reference, high))
+    keys = dict.fromkeys((b.name, b.request) for b in t_blocks.blocks)  # in the order of their first block
+    for key in sorted(keys, key=lambda k: (tapnames.order_key(k[0]), k[1])):
+        r, y = r_blocks.group(key), y_blocks.group(key)
+        if key[0] in NOT_COMPARED or not r or not y:
             continue
         release_freed_memory()  # the taps before this one's
-        aligned = _common_rows(key, tap_rows(t_groups[key]), tap_rows(r_groups[key]), tap_rows(y_groups[key]))
+        aligned = _common_rows(key, tap_rows(t_blocks.group(key)), tap_rows(r), tap_rows(y))
         if aligned.positions:
             yield aligned
+
+
+class BlockFinder:
+    """The blocks of a trace by (tap, request): `block_groups`'s answer, kept as one array of block
+    numbers sorted by (tap, request), record order within each."""
+
+    def __init__(self, blocks: list[TapBlock]):
+        self.blocks = blocks
+        self.order = array("q", sorted(range(len(blocks)), key=self.key))
+
+    def key(self, i: int) -> tuple[str, int]:
+        return self.blocks[i].name, self.blocks[i].request
+
+    def group(self, key: tuple[str, int]) -> list[TapBlock]:
+        """The blocks of (tap, request) `key`, in record order; [] when it has none."""
+        out, k = [], bisect_left(self.order, key, key=self.key)
+        while k < len(self.order) and self.key(self.order[k]) == key:
+            out.append(self.blocks[self.order[k]])
+            k += 1
+        return out
 
 
 def _common_rows(key, t: TapRows, r: TapRows, y: TapRows) -> Aligned:

@@ -26,24 +26,54 @@ THRESHOLD = 4.0  # ratio above which a row diverges
 NONFINITE_ERROR = 1.0  # relative error charged to a row whose inf/nan pattern differs
 
 
-@dataclass
+@dataclass(slots=True)  # one per tap and request: a deep model's compare returns thousands
 class TapStat:
+    """One tap of one request, compared: what the pipeline reads of its rows, in a size that does not
+    grow with them (so the compare's result does not grow with a model's depth but by a few scalars a
+    tap): the ratio's maximum, and where the rows over THRESHOLD are (their distinct positions and
+    steps, as runs of consecutive values). Built from the rows by `summarize`."""
+
     tap: str
     request: int
-    positions: list[int]
-    steps: list[int]
-    ratio: torch.Tensor  # [P]
-    err_t: torch.Tensor  # [P]
-    err_r: torch.Tensor  # [P]
+    rows: int  # rows compared
+    max_ratio: float  # 0.0 without rows
+    first_step: int  # the earliest step of any row (0 without rows)
+    over_positions: tuple[range, ...]  # distinct positions of the rows over THRESHOLD, as sorted runs
+    over_steps: tuple[range, ...]  # distinct steps of the rows over THRESHOLD, as sorted runs
     nonfinite: bool = False  # the target has inf/nan where the reference does not
 
     @property
-    def max_ratio(self) -> float:
-        return float(self.ratio.max()) if len(self.positions) else 0.0
+    def diverges(self) -> bool:
+        """A row over THRESHOLD."""
+        return bool(self.over_positions)
 
-    def divergent(self, threshold: float = THRESHOLD) -> list[int]:
-        """Row indices above threshold."""
-        return torch.nonzero(self.ratio > threshold).flatten().tolist()
+
+def summarize(
+    tap: str, request: int, positions: list[int], steps: list[int], ratio: torch.Tensor, nonfinite: bool = False
+) -> TapStat:
+    """[P] positions, steps and ratios of a tap's rows -> its TapStat."""
+    over = torch.nonzero(ratio > THRESHOLD).flatten().tolist()
+    return TapStat(
+        tap,
+        request,
+        len(positions),
+        float(ratio.max()) if len(positions) else 0.0,
+        min(steps, default=0),
+        runs(positions[i] for i in over),
+        runs(steps[i] for i in over),
+        nonfinite,
+    )
+
+
+def runs(values: Iterable[int]) -> tuple[range, ...]:
+    """Integers -> their distinct values as sorted runs of consecutive ones: [5, 1, 2, 2, 3] -> (1-3, 5)."""
+    out: list[range] = []
+    for v in sorted(set(values)):
+        if out and out[-1].stop == v:
+            out[-1] = range(out[-1].start, v + 1)
+        else:
+            out.append(range(v, v + 1))
+    return tuple(out)
 
 
 @dataclass
@@ -118,8 +148,8 @@ def tap_stats(aligned: Iterable[Aligned], dtype: str) -> list[TapStat]:
         if a.tap in SAMPLING_JUDGED:
             continue
         t, r, y = common_finite(a.t, a.r, a.y) if a.tap in MASK_TOLERANT else (a.t, a.r, a.y)
-        ratio, err_t, err_r, nonfinite = robust_ratio(t, r, y, floor)
-        stats.append(TapStat(a.tap, a.request, a.positions, a.steps, ratio, err_t, err_r, nonfinite))
+        ratio, _, _, nonfinite = robust_ratio(t, r, y, floor)
+        stats.append(summarize(a.tap, a.request, a.positions, a.steps, ratio, nonfinite))
     return stats
 
 
@@ -150,37 +180,32 @@ def sampling_stat(
     """Per-row sampling errors (`kept_set_error`, or 0/1 for a token outside the kept set) as a TapStat
     whose ratio is measured against the sampler's own noise floor."""
     err = torch.tensor(errors, dtype=torch.float64)
-    floor = torch.full_like(err, SAMPLER_FLOOR)
-    return TapStat(tap, request, positions, steps, err / SAMPLER_FLOOR, err, floor, nonfinite)
+    return summarize(tap, request, positions, steps, err / SAMPLER_FLOOR, nonfinite)
 
 
-def first_divergence(stats: list[TapStat], threshold: float = THRESHOLD) -> Divergence | None:
+def first_divergence(stats: list[TapStat]) -> Divergence | None:
     """Earliest tap (step, then execution order) whose divergence is real, or None."""
-    for stat, step in _candidates(stats, threshold):
-        if _is_real(stat, stats, threshold):
-            return _describe(stat.tap, step, stats, threshold)
+    for stat in _candidates(stats):
+        if _is_real(stat, stats):
+            return _describe(stat.tap, stat.over_steps[0].start, stats)
     return None
 
 
-def _candidates(stats: list[TapStat], threshold: float):
-    events = []
-    for s in stats:
-        rows = s.divergent(threshold)
-        if rows:
-            events.append((min(s.steps[i] for i in rows), tapnames.order_key(s.tap), s.request, s))
-    events.sort(key=lambda e: e[:3])
-    return [(e[3], e[0]) for e in events]
+def _candidates(stats: list[TapStat]) -> list[TapStat]:
+    """The diverging stats by their first step over THRESHOLD, then execution order, then request."""
+    over = [s for s in stats if s.diverges]
+    return sorted(over, key=lambda s: (s.over_steps[0].start, tapnames.order_key(s.tap), s.request))
 
 
-def _is_real(stat: TapStat, stats: list[TapStat], threshold: float) -> bool:
+def _is_real(stat: TapStat, stats: list[TapStat]) -> bool:
     """Real = stays elevated on the residual stream downstream, or reaches the output."""
     if tapnames.split(stat.tap)[1] in tapnames.OUTPUT_TAPS:
         return True
-    first_pos = min(stat.positions[i] for i in stat.divergent(threshold))
+    first_pos = stat.over_positions[0].start
     later = [s for s in stats if s.request == stat.request and tapnames.order_key(s.tap) > tapnames.order_key(stat.tap)]
     for s in later:
         if s.tap in _stream_taps(stat.tap) or tapnames.split(s.tap)[1] in tapnames.OUTPUT_TAPS:
-            if any(s.positions[i] >= first_pos for i in s.divergent(threshold)):
+            if s.diverges and s.over_positions[-1].stop - 1 >= first_pos:
                 return True
     return False
 
@@ -199,20 +224,18 @@ def _stream_taps(tap: str) -> set[str]:
     }
 
 
-def _describe(tap: str, step: int, stats: list[TapStat], threshold: float) -> Divergence:
+def _describe(tap: str, step: int, stats: list[TapStat]) -> Divergence:
     positions: set[int] = set()
     steps: set[int] = set()
     requests, ratio, nonfinite = [], 0.0, False
     for s in stats:
-        if s.tap != tap:
+        if s.tap != tap or not s.diverges:
             continue
-        rows = s.divergent(threshold)
-        if rows:
-            requests.append(s.request)
-            positions.update(s.positions[i] for i in rows)
-            steps.update(s.steps[i] for i in rows)
-            ratio = max(ratio, float(s.ratio[rows].max()))
-            nonfinite = nonfinite or s.nonfinite
+        requests.append(s.request)
+        positions.update(p for run in s.over_positions for p in run)
+        steps.update(p for run in s.over_steps for p in run)
+        ratio = max(ratio, s.max_ratio)  # the rows over THRESHOLD hold the maximum
+        nonfinite = nonfinite or s.nonfinite
     return Divergence(tap, step, sorted(set(requests)), sorted(positions), sorted(steps), ratio, nonfinite)
 
 
@@ -226,8 +249,8 @@ def layer_table(stats: list[TapStat]) -> list[tuple[str, float]]:
     return list(table.items())
 
 
-def divergent_taps(stats: list[TapStat], threshold: float = THRESHOLD) -> list[str]:
-    return sorted({s.tap for s in stats if s.divergent(threshold)}, key=tapnames.order_key)
+def divergent_taps(stats: list[TapStat]) -> list[str]:
+    return sorted({s.tap for s in stats if s.diverges}, key=tapnames.order_key)
 
 
 def token_divergence(

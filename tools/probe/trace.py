@@ -29,9 +29,10 @@ import struct
 import sys
 import weakref
 from array import array
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -247,14 +248,10 @@ def load(out_dir: str | Path, lazy: bool = False, release: Callable[[], None] | 
     if doc.get("format", 1) == 1:
         trace = _load_format_1(out, doc)
     elif doc["format"] == FORMAT:
-        names = [f"b{i}{suffix}" for i in range(len(doc["blocks"])) for suffix in BLOCK_TENSORS]
-        file = TensorFile(out / "taps.safetensors", names)
-        in_file = [
-            FileBlock(file, i, sys.intern(b["name"]), b["request"], b["rank"]) for i, b in enumerate(doc["blocks"])
-        ]
+        in_file = _file_blocks(out / "taps.safetensors", doc.pop("blocks"))
         blocks: list[TapBlock] = list(in_file) if lazy else [b.held() for b in in_file]
-        if lazy and blocks and release is not None:
-            weakref.finalize(file, _release_in, os.getpid(), release)  # the blocks hold the file, the trace them
+        if lazy and blocks and release is not None:  # the blocks hold the file, the trace them
+            weakref.finalize(in_file[0].file, _release_in, os.getpid(), release)
             release = None
         trace = Trace(doc["engine"], doc["dtype"], _outputs(doc), meta=doc["meta"], blocks=blocks)
     else:
@@ -262,6 +259,22 @@ def load(out_dir: str | Path, lazy: bool = False, release: Callable[[], None] | 
     if release is not None:
         release()
     return trace
+
+
+def _file_blocks(path: Path, entries: list[dict]) -> list[FileBlock]:
+    """trace.json's block entries (emptied) -> the blocks of its tensor file, reading no tensor. What the
+    blocks keep (names, the file's index) is made after the parsed entries are dropped: a survivor
+    made among them would keep their memory resident (the allocator frees a page only once all of
+    it is free), and the load would leave behind memory that grows with the number of layers."""
+    names = "\0".join(e["name"] for e in entries)  # copied out as one string, split again below
+    keys = array("q", [x for e in entries for x in (e["request"], e["rank"])])
+    count = len(entries)
+    entries.clear()
+    file = TensorFile(path, len(BLOCK_TENSORS) * count)
+    return [
+        FileBlock(file, i, sys.intern(name), keys[2 * i], keys[2 * i + 1])
+        for i, name in enumerate(names.split("\0") if count else [])
+    ]
 
 
 def _release_in(pid: int, release: Callable[[], None]) -> None:
@@ -326,23 +339,29 @@ def write_blocks(path: Path, blocks: list[TapBlock]) -> None:
 
 
 class TensorFile:
-    """Named tensors out of a .safetensors file, one at a time by plain reads. Not `safe_open`: it maps
-    the file, and every page a read touches stays resident in the process, so reading all taps one by
-    one would still end with the whole file in its RSS. What is kept per tensor is compact."""
+    """The tensors of a trace's file (`b{i}{suffix}`, tensor 3i + the suffix's index in BLOCK_TENSORS), one
+    at a time by plain reads. Not `safe_open`: it maps the file, and every page a read touches stays
+    resident in the process, so reading all taps one by one would still end with the whole file in its
+    RSS. What is kept per tensor is compact, and the header is parsed one entry at a time: parsed
+    whole, a deep model's header is megabytes of small objects, which the allocator keeps in part."""
 
-    def __init__(self, path: Path, names: list[str]):
+    def __init__(self, path: Path, count: int):
         self.path = path
+        layouts: dict[tuple, tuple] = {}  # (dtype, shape), one object per distinct layout
+        self.layout: list[tuple] = [()] * count
+        self.spans = array("q", bytes(16 * count))  # first and end byte of tensor i at [2i], [2i + 1]
         with open(path, "rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-        layouts: dict[tuple, tuple] = {}  # (dtype, shape), one object per distinct layout
-        self.layout: list[tuple] = []
-        self.spans = array("q")  # first and end byte of tensor i at [2i], [2i + 1]
-        for name in names:
-            entry = header[name]
+            header = f.read(size).decode()
+        for name, entry in json_object_items(header):
+            i = tensor_number(name)
+            if i is None or i >= count:
+                continue  # `__metadata__`, or a tensor of no block
             key = (SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"]))
-            self.layout.append(layouts.setdefault(key, key))
-            self.spans.extend(8 + size + offset for offset in entry["data_offsets"])
+            self.layout[i] = layouts.setdefault(key, key)
+            self.spans[2 * i], self.spans[2 * i + 1] = (8 + size + offset for offset in entry["data_offsets"])
+        if () in self.layout:
+            raise ValueError(f"{path}: tensor {self.layout.index(())} of {count} is missing")
 
     def get(self, i: int) -> torch.Tensor:
         (dtype, shape), begin, end = self.layout[i], self.spans[2 * i], self.spans[2 * i + 1]
@@ -351,6 +370,41 @@ class TensorFile:
             raw = bytearray(f.read(end - begin))
         flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         return flat.reshape(shape)
+
+
+def tensor_number(name: str) -> int | None:
+    """'b12.positions' -> 37 (3 * 12 + 1): where a block tensor is in a trace file's order; else None."""
+    head, dot, suffix = name.partition(".")
+    k = BLOCK_TENSORS.index(dot + suffix) if dot + suffix in BLOCK_TENSORS else -1
+    if k < 0 or head[:1] != "b" or not head[1:].isdigit():
+        return None
+    return len(BLOCK_TENSORS) * int(head[1:]) + k
+
+
+def json_object_items(text: str) -> Iterator[tuple[str, Any]]:
+    """The text of a JSON object -> its (key, value) pairs, each parsed when reached."""
+    decoder, i = json.JSONDecoder(), _skip_space(text, 0)
+    if text[i : i + 1] != "{":
+        raise ValueError("not a JSON object")
+    i = _skip_space(text, i + 1)
+    while text[i : i + 1] != "}":
+        key, i = decoder.raw_decode(text, i)
+        i = _skip_space(text, i)
+        if text[i : i + 1] != ":":
+            raise ValueError(f"JSON object: ':' expected at {i}")
+        value, i = decoder.raw_decode(text, _skip_space(text, i + 1))
+        yield key, value
+        i = _skip_space(text, i)
+        if text[i : i + 1] == ",":
+            i = _skip_space(text, i + 1)
+        elif text[i : i + 1] != "}":
+            raise ValueError(f"JSON object: ',' or '}}' expected at {i}")
+
+
+def _skip_space(text: str, i: int) -> int:
+    while text[i : i + 1] in (" ", "\t", "\n", "\r"):  # past the end: ""
+        i += 1
+    return i
 
 
 def release_freed_memory() -> None:

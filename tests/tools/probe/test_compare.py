@@ -10,7 +10,7 @@ from tools.probe.trace import RequestOutput, TapRecord, Trace
 def stat(tap, ratio, positions=None, steps=None, request=0):
     n = len(ratio)
     r = torch.tensor(ratio, dtype=torch.float64)
-    return compare.TapStat(tap, request, positions or list(range(n)), steps or [0] * n, r, r, torch.ones(n))
+    return compare.summarize(tap, request, positions or list(range(n)), steps or [0] * n, r)
 
 
 def test_robust_ratio_is_near_one_for_reference_like_noise():
@@ -172,4 +172,17 @@ def test_tokens_too_improbable_to_matter_are_not_membership_errors():
 
 def test_sampling_stats_are_ratios_over_the_sampler_floor():
     s = compare.sampling_stat("sampler.token", 1, [5, 6], [0, 1], [0.0, 1.0])
-    assert s.divergent() == [1] and float(s.ratio[1]) == 1.0 / compare.SAMPLER_FLOOR
+    assert s.over_positions == (range(6, 7),) and s.over_steps == (range(1, 2),)
+    assert s.max_ratio == 1.0 / compare.SAMPLER_FLOOR
+
+
+def test_a_tap_s_summary_keeps_where_it_diverges_in_runs_not_rows():
+    n = 1000
+    ratio = torch.ones(n, dtype=torch.float64)
+    ratio[[3, 4, 5, 700]] = 9.0
+    s = compare.summarize("layers.0.out", 2, list(range(n)), [i // 10 for i in range(n)], ratio)
+    assert (s.rows, s.max_ratio, s.first_step, s.diverges) == (n, 9.0, 0, True)
+    assert s.over_positions == (range(3, 6), range(700, 701)) and s.over_steps == (range(0, 1), range(70, 71))
+    quiet = compare.summarize("layers.0.out", 2, list(range(n)), [0] * n, torch.ones(n, dtype=torch.float64))
+    assert not quiet.diverges and quiet.over_positions == quiet.over_steps == ()
+    assert compare.runs([5, 1, 2, 2, 3]) == (range(1, 4), range(5, 6)) and compare.runs([]) == ()

@@ -240,8 +240,7 @@ def test_rows_are_matched_by_request_and_position_and_cast():
 
 
 def stat(tap: str, ratio: float) -> compare.TapStat:
-    r = torch.tensor([ratio, ratio])
-    return compare.TapStat(tap, 0, [0, 1], [0, 0], r, r, r)
+    return compare.summarize(tap, 0, [0, 1], [0, 0], torch.tensor([ratio, ratio]))
 
 
 def probed(stats) -> ProbeResult:

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from tests.faults import MIN_P_HALVED, buggy_tinyserve
 from tools.probe import trace as trace_io
-from tools.probe.align import index
+from tools.probe.align import align, index, iter_aligned
 from tools.probe.prober import Prober, compare_traces
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import from_dict
@@ -186,17 +186,14 @@ def test_streaming_compare_equals_the_eager_compare_exactly(probed, tmp_path):
     for other in others:
         assert other.to_dict() == eager.to_dict()
         assert other.first == eager.first
-        assert len(other.stats) == len(eager.stats) > 0
-        for a, b in zip(other.stats, eager.stats, strict=True):
-            assert (a.tap, a.request, a.positions, a.steps, a.nonfinite) == (
-                b.tap,
-                b.request,
-                b.positions,
-                b.steps,
-                b.nonfinite,
-            )
-            for field in ("ratio", "err_t", "err_r"):
-                assert torch.equal(getattr(a, field), getattr(b, field)), (a.tap, a.request, field)
+        assert other.stats == eager.stats and len(eager.stats) > 0
+    lazy = [trace_io.load(folder / n, lazy=True) for n in ("target", "low", "high")]
+    rows, expected = list(iter_aligned(*lazy)), align(*as_recorded)  # and the rows compared, row by row
+    assert [(a.tap, a.request, a.positions, a.steps) for a in rows] == [
+        (a.tap, a.request, a.positions, a.steps) for a in expected
+    ]
+    for a, b in zip(rows, expected, strict=True):
+        assert all(torch.equal(getattr(a, x), getattr(b, x)) for x in ("t", "r", "y")), (a.tap, a.request)
 
 
 def test_streaming_compare_covers_every_layer_tap(probed):
@@ -205,3 +202,24 @@ def test_streaming_compare_covers_every_layer_tap(probed):
     compared = {s.tap for s in lazy.stats}
     assert {t for t in target.taps() if t.startswith("layers.")} <= compared
     assert {"layers.0", "layers.1", "logits"} <= {k for k, _ in lazy.layers}
+
+
+def test_a_trace_file_rewritten_by_safetensors_is_read(tmp_path):
+    """Another writer orders the tensors its own way (safetensors sorts them: b10 before b2) and adds metadata."""
+    records = mixed_records()
+    trace_io.save(Trace("e", "float32", [RequestOutput([1], [2])], records), tmp_path)
+    with safe_open(str(tmp_path / "taps.safetensors"), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, str(tmp_path / "taps.safetensors"), metadata={"by": "safetensors"})
+    assert as_fields(trace_io.load(tmp_path, lazy=True).records) == as_fields(records)
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, {"b": 2}], "c": "}"}', ' \n{ "x" :1 ,"y":{ } } ', "{}", "{ }"])
+def test_a_json_object_is_read_entry_by_entry_as_a_whole(text):
+    assert dict(trace_io.json_object_items(text)) == json.loads(text)
+
+
+def test_a_malformed_json_object_is_refused():
+    for text in ('{"a": 1 "b": 2}', '["a"]', '{"a" 1}'):
+        with pytest.raises(ValueError):
+            dict(trace_io.json_object_items(text))
