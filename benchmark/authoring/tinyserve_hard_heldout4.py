@@ -14,7 +14,8 @@ Fault location mix (fixed before the cases were written):
     in a new helper the culprit creates (the caller now calls it)           2404 2405 2406
     in the caller of a helper the culprit moves faithfully elsewhere         2407 2408
     in a default value / config reader / a second file                      2409 2410
-    two functions of one file changed, one a correct refactor, one wrong    2411 2412
+    functions of one file changed together: one wrong, the others correct   2411 2412
+    refactors that must not be blamed
 
 Categories: sampling (2401 2404 2408), batching (2402), attention (2403 2407), numerics (2405 2411),
 spec-decode (2406), model-config (2409), kv-cache (2410), quantization (2412).
@@ -947,9 +948,9 @@ def fp32_cache_rounding() -> HardCase:
 
 def fused_residual_overwritten() -> HardCase:
     bug = Commit(
-        "ops/norm: one buffer less in the fused residual add\n\nfused_add_rms_norm adds in place into the "
-        "activation's buffer instead of the\nresidual's, saving the copy; rms_norm takes the mean square in one "
-        "expression.",
+        "ops/norm: one buffer less in the fused residual add\n\nThe fused add writes into the activation's buffer "
+        "instead of the residual's,\nsaving the copy; the mean square is one expression and the native twin adds\n"
+        "in the same order.",
         LIN,
         [
             (
@@ -966,6 +967,7 @@ def fused_residual_overwritten() -> HardCase:
                 "    residual = x.add_(residual)          # the sum lands in x's buffer: no temporary\n"
                 "    x.copy_(rms_norm(residual, weight, eps, weight_offset))\n",
             ),
+            (NORM, "    new_residual = x + residual\n", "    new_residual = residual + x\n"),
         ],
     )
     return case(
@@ -995,7 +997,7 @@ def int4_zero_unscaled() -> HardCase:
     bug = Commit(
         "ops/quant_matmul: scale the group sums before the zero-point shift\n\nThe int4 product applies the group "
         "scale to the integer sums as soon as they\nare formed (smaller intermediate values in half precision); the "
-        "native\ntwin's dequantize writes q * s - z * s the same way.",
+        "native\ntwin's dequantize writes q * s - z * s the same way, and the bias is cast to the\noutput's dtype.",
         NOOR,
         [
             (
@@ -1019,6 +1021,7 @@ def int4_zero_unscaled() -> HardCase:
                 "    shift = zero.to(x.dtype)[None] * xg.sum(-1)[:, None, :]                   # [T, O, G]\n"
                 "    return (partial - shift).sum(-1)\n",
             ),
+            (QMM, "        out = out + bias.to(xa.dtype)\n", "        out = out + bias.to(out.dtype)\n"),
         ],
     )
     unpack = Commit(
