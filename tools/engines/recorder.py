@@ -36,14 +36,16 @@ class RowMap:
     positions: list[list[int]]  # batch row -> position of each seq column (-1 = padding)
     _kept: list | None = field(default=None, init=False, repr=False, compare=False)
 
-    def kept(self) -> list[tuple[int, int, slice | list[int], list[int]]]:
-        """Per batch row with real columns: (row, request, those columns, their positions). Worked out
-        once per forward, not once per tap: a decode step of a deep model records hundreds of taps."""
+    def kept(self) -> list[tuple[int, int, slice | list[int] | None, list[int]]]:
+        """Per batch row with real columns: (row, request, those columns (None: all), their positions).
+        Worked out once per forward, not once per tap: a decode step of a deep model records hundreds of taps."""
         if self._kept is None:
             self._kept = []
             for b, (req, pos) in enumerate(zip(self.requests, self.positions, strict=True)):
                 keep = [s for s, p in enumerate(pos) if p >= 0]
-                if keep:
+                if len(keep) == len(pos):
+                    self._kept.append((b, req, None, list(pos)))
+                elif keep:
                     contiguous = keep[-1] - keep[0] + 1 == len(keep)  # padding on one side only: a slice
                     columns = slice(keep[0], keep[-1] + 1) if contiguous else keep
                     self._kept.append((b, req, columns, [pos[s] for s in keep]))
@@ -112,12 +114,15 @@ class HookRecorder:
         assert self.rows is not None, "record() needs the rows of the forward now running"
         # one copy per forward and tap, each request's record a view of its rows: a decode step of a
         # deep model records thousands of times, and the copies per request were most of the capture
+        # (each tensor op costs ~10 us of dispatch whatever its size: a decode step of 2 rows is all dispatch)
         if x.shape[0] * x.shape[1] == 0:
             return
-        wide = copy_rows(x.reshape(-1, *x.shape[2:]), self.out_dtype).reshape(x.shape[0], x.shape[1], -1)
+        x = x.detach() if x.requires_grad else x
+        wide = x.to(self.out_dtype or stored_dtype(x.dtype), copy=True, memory_format=torch.contiguous_format)
+        per_row = (wide if wide.dim() == 3 else wide.flatten(2)).unbind(0)  # B views [S, F], one op
         step, records = self.step, self.records
         for b, req, columns, positions in self.rows.kept():  # the records of a forward share its positions lists
-            records.append(TapRecord(tap, step, req, positions, wide[b, columns]))
+            records.append(TapRecord(tap, step, req, positions, per_row[b] if columns is None else per_row[b][columns]))
 
     def ordered(self) -> list[TapRecord]:
         """Records in (step, execution order, request) order, as a Trace holds them."""

@@ -361,7 +361,7 @@ class _HeapReads:
 
 
 _heap = _HeapReads()
-TRIM_AFTER_BYTES = 64 << 20  # a trim costs ~10 ms: one per tap of a deep model (900 taps) was seconds
+TRIM_AFTER_BYTES = 32 << 20  # a trim costs ~10 ms: one per tap of a deep model (900 taps) was seconds
 
 
 def release_freed_memory() -> None:
