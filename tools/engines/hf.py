@@ -43,8 +43,10 @@ from tools.engines.recorder import (
     RowMap,
     Undo,
     chosen_logprobs,
+    copy_rows,
     hooks_held,
     record_teacher_head,
+    stored_dtype,
 )
 from tools.probe import taps as tapnames
 from tools.probe.trace import RequestOutput, TapRecord, Trace
@@ -432,13 +434,14 @@ def _record_generate_head(
     for k, (raw, scores) in enumerate(zip(out.logits, out.scores)):
         for b, r in enumerate(members):
             pos = [len(prompts[r]) - 1 + k]
-            tok = torch.tensor([[float(out.sequences[b, width + k])]])
+            tok = torch.tensor([[float(out.sequences[b, width + k])]], dtype=torch.float64)
+            kept = stored_dtype(scores.dtype)  # float64 only for a float64 run's rows: they are vocabulary-wide
             rows = {
-                "logits": raw[b : b + 1],
-                "sampler.logits": scores[b : b + 1],
-                "sampler.probs": torch.softmax(scores[b : b + 1].double(), -1),
+                "logits": copy_rows(raw[b : b + 1]),
+                "sampler.logits": copy_rows(scores[b : b + 1]),
+                "sampler.probs": torch.softmax(scores[b : b + 1].double(), -1).to(kept),
                 "sampler.token": tok,
             }
             for name, x in rows.items():
                 if rec.wants(name):
-                    rec.records.append(TapRecord(name, steps[k], r, pos, x.detach().double().clone()))
+                    rec.records.append(TapRecord(name, steps[k], r, pos, x))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,15 +34,38 @@ class RowMap:
 
     requests: list[int]  # batch row -> request index
     positions: list[list[int]]  # batch row -> position of each seq column (-1 = padding)
+    _kept: list | None = field(default=None, init=False, repr=False, compare=False)
+
+    def kept(self) -> list[tuple[int, int, slice | list[int] | None, list[int]]]:
+        """Per batch row with real columns: (row, request, those columns (None: all), their positions).
+        Worked out once per forward, not once per tap: a decode step of a deep model records hundreds of taps."""
+        if self._kept is None:
+            self._kept = []
+            for b, (req, pos) in enumerate(zip(self.requests, self.positions, strict=True)):
+                keep = [s for s, p in enumerate(pos) if p >= 0]
+                if len(keep) == len(pos):
+                    self._kept.append((b, req, None, list(pos)))
+                elif keep:
+                    contiguous = keep[-1] - keep[0] + 1 == len(keep)  # padding on one side only: a slice
+                    columns = slice(keep[0], keep[-1] + 1) if contiguous else keep
+                    self._kept.append((b, req, columns, [pos[s] for s in keep]))
+        return self._kept
 
     def flat(self, seq: int) -> tuple[list[int], list[int]]:
         """Rows of x.reshape(B * seq, ...) -> (request, position) lists."""
         return ([r for r in self.requests for _ in range(seq)], [p for pos in self.positions for p in pos[-seq:]])
 
 
+def stored_dtype(computed: torch.dtype) -> torch.dtype:
+    """The dtype a tap computed in `computed` is kept in: float64 stays, anything else is float32 (exact
+    for bf16 / fp16 values, and far below any dtype's noise floor for rows the recorder derives in
+    float64, such as the reference sampler's probabilities of a bf16 run)."""
+    return torch.float64 if computed == torch.float64 else torch.float32
+
+
 def copy_rows(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    # [N, ...] -> [N, F]: a detached copy, in `dtype` (default: float64 stays, anything else float32)
-    wide = dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
+    # [N, ...] -> [N, F]: a detached copy, in `dtype` (default: stored_dtype(x.dtype))
+    wide = dtype or stored_dtype(x.dtype)
     return x.detach().reshape(x.shape[0], -1).to(wide, copy=True)  # one copy, whether or not the dtype changes
 
 
@@ -91,16 +114,15 @@ class HookRecorder:
         assert self.rows is not None, "record() needs the rows of the forward now running"
         # one copy per forward and tap, each request's record a view of its rows: a decode step of a
         # deep model records thousands of times, and the copies per request were most of the capture
+        # (each tensor op costs ~10 us of dispatch whatever its size: a decode step of 2 rows is all dispatch)
         if x.shape[0] * x.shape[1] == 0:
             return
-        wide = copy_rows(x.reshape(-1, *x.shape[2:]), self.out_dtype).reshape(x.shape[0], x.shape[1], -1)
-        for b, req in enumerate(self.rows.requests):
-            pos = self.rows.positions[b]
-            keep = [s for s, p in enumerate(pos) if p >= 0]
-            if keep:
-                contiguous = keep[-1] - keep[0] + 1 == len(keep)  # padding on one side only: a slice
-                rows = wide[b, keep[0] : keep[-1] + 1] if contiguous else wide[b, keep]
-                self.records.append(TapRecord(tap, self.step, req, [pos[s] for s in keep], rows))
+        x = x.detach() if x.requires_grad else x
+        wide = x.to(self.out_dtype or stored_dtype(x.dtype), copy=True, memory_format=torch.contiguous_format)
+        per_row = (wide if wide.dim() == 3 else wide.flatten(2)).unbind(0)  # B views [S, F], one op
+        step, records = self.step, self.records
+        for b, req, columns, positions in self.rows.kept():  # the records of a forward share its positions lists
+            records.append(TapRecord(tap, step, req, positions, per_row[b] if columns is None else per_row[b][columns]))
 
     def ordered(self) -> list[TapRecord]:
         """Records in (step, execution order, request) order, as a Trace holds them."""
@@ -111,19 +133,25 @@ def record_teacher_head(
     rec: HookRecorder, r: int, logits: torch.Tensor, seq: list[int], n_prompt: int, req: Request
 ) -> None:
     """Head taps of one teacher-forced sequence (step 0): its logits, and the reference sampler's
-    logits, probabilities and chosen tokens at every sampled position (tools.probe.sampling_ref)."""
+    logits, probabilities and chosen tokens at every sampled position (tools.probe.sampling_ref),
+    computed in float64 and kept as wide as the run (`stored_dtype`): a bf16 run's vocabulary rows
+    in float64 were most of its trace's bytes."""
     from tools.probe.sampling_ref import processed_logits
 
-    positions = list(range(len(seq)))
+    positions, kept = list(range(len(seq))), stored_dtype(logits.dtype)
     if rec.wants("logits"):
-        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, torch.float64)))
+        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, kept)))
     sampled = list(range(n_prompt - 1, len(seq) - 1))
     if not sampled or not rec.wants("sampler.*"):
         return
     processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
     probs = torch.softmax(truncated, dim=-1)
-    chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)
-    for name, x in (("sampler.logits", processed), ("sampler.probs", probs), ("sampler.token", chosen)):
+    chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)  # token ids, exact
+    for name, x in (
+        ("sampler.logits", processed.to(kept)),
+        ("sampler.probs", probs.to(kept)),
+        ("sampler.token", chosen),
+    ):
         if rec.wants(name):
             rec.records.append(TapRecord(name, 0, r, sampled, x))
 

@@ -204,7 +204,8 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
     # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
     dtype = target.meta.get("noise_dtype") or scenario.target.dtype
-    stats = compare.tap_stats(iter_aligned(target, low, high), dtype) + sampler_stats(scenario, target, high)
+    aligned = iter_aligned(target, without_sampling_judged(low), high)
+    stats = compare.tap_stats(aligned, dtype) + sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
@@ -221,6 +222,14 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
         stats=stats,
         texts=texts,
     )
+
+
+def without_sampling_judged(trace: Trace) -> Trace:
+    """The trace less its taps judged as sampling (compare.SAMPLING_JUDGED, by tools.probe.sampler_taps on
+    the target and high-precision traces): aligned against it, they are skipped before any of their
+    rows is read (vocabulary-wide rows, hundreds of MB for a real model). Blocks are shared, not copied."""
+    blocks = [b for b in trace.blocks() if b.name not in compare.SAMPLING_JUDGED]
+    return Trace(trace.engine, trace.dtype, trace.outputs, meta=trace.meta, blocks=blocks)
 
 
 def text_divergence(scenario: Scenario, target: Trace, reference: Trace) -> list[int]:

@@ -108,13 +108,15 @@ def _mass_above(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> torch.Tens
 
 def top_k_bounds(x: torch.Tensor, k: int, eps: float):
     """[V] -> ([V] sure, [V] maybe): kept iff fewer than k others lie strictly above (ties survive)."""
-    ones = torch.ones_like(x)
     if k <= 0 or k >= x.shape[-1]:
-        return ones.bool(), ones.bool()
-    self_counted = 1.0 if eps > 0 else 0.0  # x_i > x_i - 2eps only when eps > 0
-    above_hi = _mass_above(x, ones, x - 2 * eps) - self_counted  # others that may lie above
-    above_lo = _mass_above(x, ones, x + 2 * eps)  # others surely above
-    return above_hi < k, above_lo < k
+        ones = torch.ones_like(x, dtype=torch.bool)
+        return ones, ones
+    # fewer than k values lie strictly above t  <=>  t >= the k-th largest value (ties counted): a top-k
+    # of k + 1 values instead of sorting the vocabulary, the same comparisons as counting
+    top = torch.topk(x, k + 1).values
+    # others that may lie above x_i: all values above x_i - 2eps, less x_i itself when eps > 0
+    sure = x - 2 * eps >= top[k] if eps > 0 else x >= top[k - 1]
+    return sure, x + 2 * eps >= top[k - 1]  # others surely above: all values above x_i + 2eps
 
 
 def top_p_bounds(x: torch.Tensor, p: float, eps: float, mass_tol: float, k_sure: torch.Tensor, k_maybe: torch.Tensor):

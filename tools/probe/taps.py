@@ -30,6 +30,7 @@ row p scores token p+1; `sampler.*` rows exist only where a token was sampled.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 
 LAYER_TAPS = (
@@ -89,12 +90,14 @@ def layer_tap(i: int, name: str) -> str:
     return f"layers.{i}.{name}"
 
 
+@functools.cache  # a deep model's trace sorts ~100k records by tap: a few thousand distinct names
 def split(tap: str) -> tuple[int | None, str]:
     """'layers.3.attn.q' -> (3, 'attn.q'); 'logits' -> (None, 'logits')."""
     m = _LAYER_RE.match(tap)
     return (int(m.group(1)), m.group(2)) if m else (None, tap)
 
 
+@functools.cache
 def order_key(tap: str) -> tuple[int, int, int]:
     """Execution order within one step: embed, layers in order, head taps."""
     layer, name = split(tap)

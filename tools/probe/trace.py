@@ -86,15 +86,15 @@ class TapBlock:
 class RecordsBlock(TapBlock):
     """A block over an adapter's records, before they are saved: its tensors are built on each access."""
 
-    __slots__ = ("members",)
+    __slots__ = ("members", "layout")
 
     def __init__(self, first: TapRecord):
         self.name, self.request, self.rank = first.name, first.request, first.rank
         self.members: list[tuple[int, TapRecord]] = []
+        self.layout = (first.rank, first.tensor.dtype, first.tensor.shape[1:])  # what every member shares
 
     def takes(self, rec: TapRecord) -> bool:
-        x = self.members[0][1].tensor
-        return rec.rank == self.rank and rec.tensor.dtype == x.dtype and rec.tensor.shape[1:] == x.shape[1:]
+        return (rec.rank, rec.tensor.dtype, rec.tensor.shape[1:]) == self.layout
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -369,6 +369,7 @@ class TensorFile:
             f.seek(begin)
             raw = bytearray(f.read(end - begin))
         flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        _heap.read += end - begin
         return flat.reshape(shape)
 
 
@@ -407,12 +408,25 @@ def _skip_space(text: str, i: int) -> int:
     return i
 
 
+class _HeapReads:
+    """Bytes of tensors read from trace files since the heap was last trimmed."""
+
+    read = 0
+
+
+_heap = _HeapReads()
+TRIM_AFTER_BYTES = 32 << 20  # a trim costs ~10 ms: one per tap of a deep model (900 taps) was seconds
+
+
 def release_freed_memory() -> None:
-    """Hand the C heap's free memory back to the system (glibc; elsewhere nothing). Comparing tap after
-    tap frees every tap's tensors, but the small summaries kept in between pin the heap, so without
-    this the freed memory stays resident and the peak grows with the number of taps compared."""
-    if _LIBC is not None:
+    """Hand the C heap's free memory back to the system (glibc; elsewhere nothing) once at least
+    TRIM_AFTER_BYTES of tensors were read since the last time. Comparing tap after tap frees every
+    tap's tensors, but the small summaries kept in between pin the heap, so without this the freed
+    memory stays resident and the peak grows with the number of taps compared; with it the peak
+    exceeds one tap's by at most that much, whatever the number of taps."""
+    if _LIBC is not None and _heap.read >= TRIM_AFTER_BYTES:
         _LIBC.malloc_trim(0)
+        _heap.read = 0
 
 
 def _glibc():
