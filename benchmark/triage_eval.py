@@ -24,8 +24,8 @@ SYNTHETIC = Path(__file__).parent / "triage" / "issues.jsonl"
 ISSUES = REAL
 # Real set: train, dev, test, test2 and test3 (all seen; fitted and cross-validated on since the fourth round;
 # test3 was scored once with the classifier frozen at 09fa157 first), test4 (fourth collection, scored once at
-# 17e137a, fitted on since the fifth round), test5 (fifth collection, held out), test6 (sixth collection, held out),
-# test7 (seventh collection, held out; see benchmark/triage/real/README.md).
+# 17e137a, fitted on since the fifth round), test5 and test6 (fifth and sixth collections, each scored once, then
+# fitted on), test7 (seventh collection, held out; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = (
     "train",
@@ -165,10 +165,14 @@ def out_of_fold_report(issues: list[dict]) -> str:
     seen splits (FIT_SPLITS): 5-fold and leave-one-split-out, overall and per split. Refits (~5 min on 2 cores)."""
     w = json.loads(triage_model.WEIGHTS.read_text())
     pool = [i for i in issues if i.get("split") in triage_model.FIT_SPLITS]
-    lines = [f"settings: C={w['C']} rule_scale={w['rule_scale']} T={w['temperature']} silent_min={w['silent_min']}"]
+    sw = w.get("silent_weight", 1.0)
+    lines = [
+        f"settings: C={w['C']} rule_scale={w['rule_scale']} silent_weight={sw} T={w['temperature']}"
+        f" silent_min={w['silent_min']}"
+    ]
     schemes = {
-        f"{triage_model.FOLDS}-fold": triage_model.out_of_fold(pool, w["C"], w["rule_scale"]),
-        "leave-one-split-out": triage_model.leave_one_split_out(pool, w["C"], w["rule_scale"]),
+        f"{triage_model.FOLDS}-fold": triage_model.out_of_fold(pool, w["C"], w["rule_scale"], silent_weight=sw),
+        "leave-one-split-out": triage_model.leave_one_split_out(pool, w["C"], w["rule_scale"], silent_weight=sw),
     }
     for name, rows in schemes.items():
         for split in ("all", *triage_model.FIT_SPLITS):

@@ -54,8 +54,8 @@ def test_the_real_set_is_rebuilt_from_its_transcriptions_and_splits_follow_the_u
 
 def test_shipped_model_records_its_cross_validation_and_beats_the_rules_on_what_it_was_fitted_on(issues):
     shipped = json.loads(triage_model.WEIGHTS.read_text())
-    cv = shipped["cv"]  # out-of-fold figures on the seen splits, recorded by `python -m tools.triage.model fit`
-    assert cv["folds"] == triage_model.FOLDS and cv["accuracy"] >= 0.85 and cv["ece"] <= 0.1
+    cv = shipped["cv"]  # out-of-split figures on the seen splits, recorded by `python -m tools.triage.model fit`
+    assert cv["scheme"] == "leave-one-split-out" and cv["accuracy"] >= 0.85 and cv["ece"] <= 0.1
     assert cv["silent_precision"] >= 0.88 and cv["silent_recall"] >= 0.88
     pool = [i for i in issues if i["split"] in triage_model.FIT_SPLITS]
     rules = evaluate(pool, predict(pool, "rules"))["all"]
@@ -215,8 +215,8 @@ def test_fit_is_deterministic_and_the_weights_are_plain_json(issues):
     assert triage_model.dumps(a) == triage_model.dumps(b)
     shipped = json.loads(triage_model.WEIGHTS.read_text())
     assert shipped["labels"] == list(LABELS) and shipped["fitted_on"] == "+".join(triage_model.FIT_SPLITS)
-    # only the splits that have been looked at; a held-out split added later (test6, ...) is never fitted on
-    assert set(triage_model.FIT_SPLITS) <= {"train", "dev", "test", "test2", "test3", "test4", "test5"}
+    # only the splits that have been looked at; a held-out split added later (test7, ...) is never fitted on
+    assert set(triage_model.FIT_SPLITS) <= {"train", "dev", "test", "test2", "test3", "test4", "test5", "test6"}
     assert set(triage_model.RECENT_SPLITS) <= set(triage_model.FIT_SPLITS)
     assert shipped["n_train"] == sum(i["split"] in triage_model.FIT_SPLITS for i in issues)
 
@@ -229,7 +229,7 @@ def test_shipped_weights_regenerate_byte_for_byte(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,  # 4 x 5 cross-validation fits and the final fit
+        timeout=3600,  # 8 leave-one-split-out fits per setting and the final fit
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr

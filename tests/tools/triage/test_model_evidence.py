@@ -108,3 +108,47 @@ def test_the_silent_threshold_buys_recall_while_precision_holds_its_floor():
     )
     got = triage_model.oof_figures(rows, t, balanced)
     assert min(got["silent_precision"], got["silent_recall"]) == best
+
+
+def _three_kind_pool(splits: tuple[str, ...]) -> list[dict]:
+    kinds = [
+        ("silent", "[Bug] output is garbage {k}", "Output: !!!!"),
+        ("crash", "crash on start {k}", TRACEBACK),
+        ("install", "pip install fails {k}", "building wheel failed: nvcc not found"),
+    ]
+    return [
+        {"title": t.format(k=k), "body": b, "label": lab, "split": s}
+        for s in splits
+        for k in range(3)
+        for lab, t, b in kinds
+    ]
+
+
+def test_the_setting_grid_scores_each_split_as_a_separate_fit_would():
+    pool = _three_kind_pool(("a", "b", "c"))
+    grid = [(4.0, 0.05, 1.0), (4.0, 0.05, 2.0)]
+    rows = triage_model.leave_one_split_out_grid(pool, grid)
+    plain = triage_model.leave_one_split_out(pool, 4.0, 0.05)
+    # the grid's fits stop at a looser tolerance and keep unrounded weights: the same logits to a few 1e-3
+    assert all(np.allclose(a, b, atol=5e-3) for (a, _), (b, _) in zip(rows[grid[0]], plain))
+    s = LABELS.index("silent")
+    p1 = [triage_model.softmax(z)[s] for z, y in rows[grid[0]] if y == s]
+    p2 = [triage_model.softmax(z)[s] for z, y in rows[grid[1]] if y == s]
+    assert all(b > a for a, b in zip(p1, p2))  # weighing `silent` twice raises p(silent) on silent issues
+
+
+def test_settings_are_ordered_by_recall_while_precision_holds_the_floor():
+    floor = triage_model.SILENT_PRECISION_FLOOR
+
+    def f(p: float, r: float, acc: float = 0.9) -> dict:
+        return {"silent_precision": p, "silent_recall": r, "accuracy": acc}
+
+    keep, more_recall, below = f(floor, 0.93), f(floor + 0.01, 0.95), f(floor - 0.01, 0.99)
+    order = sorted(
+        [(below, (8.0, 0.05, 2.0)), (keep, (4.0, 0.05, 1.0)), (more_recall, (16.0, 0.05, 1.5))],
+        key=lambda fs: triage_model.setting_key(*fs),
+    )
+    assert [fs[1] for fs in order] == [(8.0, 0.05, 2.0), (4.0, 0.05, 1.0), (16.0, 0.05, 1.5)]
+    # equal figures: the smaller silent weight, then the lower C wins
+    assert triage_model.setting_key(keep, (4.0, 0.05, 1.0)) > triage_model.setting_key(keep, (4.0, 0.05, 1.5))
+    assert triage_model.setting_key(keep, (4.0, 0.05, 1.0)) > triage_model.setting_key(keep, (8.0, 0.05, 1.0))
