@@ -35,6 +35,10 @@ BUILTIN = {
     "refmodel": "tools.engines.refmodel:RefModelEngine",
     "llama.cpp": "tools.engines.llamacpp:LlamaCppEngine",
 }
+# Built-in adapters whose runner hooks (worker_paths, worker_env) live in a module lighter than the
+# adapter's, which imports torch: asking them must not wait for that import, since a tree's zygote is
+# launched with their answer when a diagnosis starts (tools.engines.runner.prestart).
+HOOKS = {"transformers": "tools.engines.hf_compat"}
 DEFAULT_ENGINE = "transformers"  # the reference, and the target of an issue that names no engine
 # How reporters write a built-in engine besides its name (tools/triage/extract.py), as a regex.
 MENTIONS = {"transformers": r"\bmodel\.generate\(", "llama.cpp": r"llama-(server|cli|bench)|\.gguf\b"}
@@ -173,7 +177,7 @@ def worker_paths(engine: str, tree: str | Path | None) -> list[str]:
     if not tree:
         return []
     try:
-        module = importlib.import_module(engine_path(engine).split(":")[0])
+        module = importlib.import_module(hooks_module(engine))
     except (ImportError, UnknownEngineError):
         return []
     hook = getattr(module, "worker_paths", None)
@@ -187,8 +191,13 @@ def worker_vars(engine: str, tree: str | Path | None) -> dict[str, str]:
     if not tree:
         return {}
     try:
-        module = importlib.import_module(engine_path(engine).split(":")[0])
+        module = importlib.import_module(hooks_module(engine))
     except (ImportError, UnknownEngineError):
         return {}
     hook = getattr(module, "worker_env", None)
     return dict(hook(tree)) if hook is not None else {}
+
+
+def hooks_module(engine: str) -> str:
+    """The module holding `engine`'s runner hooks: HOOKS's, else its adapter's. Imports nothing."""
+    return HOOKS.get(engine) or engine_path(engine).split(":")[0]

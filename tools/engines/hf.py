@@ -17,12 +17,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from tools.engines import hf_compat
+from tools.engines.hf_compat import worker_paths  # noqa: F401 - the runner's hook (tools.engines.HOOKS)
 from tools.engines.hf_generate import (
     ACCEPTED,
     LOAD_ONLY,
@@ -82,17 +82,6 @@ class TapRecorder(HookRecorder):
         super().__init__(patterns, inject)
         self.layer: int | None = None
         self.active = False  # inside the tapped model's forward (not a draft model's)
-
-
-def worker_paths(tree: str | Path | None) -> list[str]:
-    """The runner's hook (tools.engines.worker_paths): the era dependencies an old transformers
-    release in `tree` needs on the worker's path, installed once into diffdx's cache."""
-    from tools.engines.runner import EngineRunError
-
-    try:
-        return hf_compat.dependency_paths(tree)
-    except hf_compat.ReleaseDependencyError as e:
-        raise EngineRunError(str(e), "crash") from None
 
 
 class HFEngine:

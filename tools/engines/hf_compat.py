@@ -95,6 +95,18 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
+def worker_paths(tree: str | Path | None) -> list[str]:
+    """The runner's hook (tools.engines.worker_paths): the era dependencies an old transformers
+    release in `tree` needs on the worker's path, installed once into diffdx's cache. Here, not in
+    the adapter, which imports torch: a tree's zygote is launched with it before the orchestrator has."""
+    from tools.engines.runner import EngineRunError
+
+    try:
+        return dependency_paths(tree)
+    except ReleaseDependencyError as e:
+        raise EngineRunError(str(e), "crash") from None
+
+
 def dependency_paths(tree: str | Path | None) -> list[str]:
     """[folder] holding the era dependencies of the transformers release in `tree`, or [] if none needed."""
     if not tree:

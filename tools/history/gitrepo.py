@@ -14,6 +14,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -223,11 +225,79 @@ def commit_diff(repo_path: str | Path, ref: str, paths: Sequence[str] = (), cont
 
 
 def tree_files(repo_path: str | Path, ref: str, suffixes: Sequence[str] = ()) -> Iterator[tuple[str, bytes]]:
-    """(path, content) of every blob in the commit's tree whose name ends with one of `suffixes`."""
-    with open_repo(repo_path) as repo:
-        for item in repo.commit(resolve(repo_path, ref)).tree.traverse():
-            if item.type == "blob" and (not suffixes or item.path.endswith(tuple(suffixes))):
-                yield item.path, item.data_stream.read()
+    """(path, content) of every blob in the commit's tree whose name ends with one of `suffixes`,
+    breadth first, each directory's entries in git's order (gitpython's `tree.traverse()` order).
+
+    One `ls-tree` and one `cat-file --batch` for the blobs this process has not read before:
+    a diagnosis indexes several commits of the same large tree (transformers: ~2900 files), which
+    share nearly every blob, and reading them one by one was seconds per commit."""
+    entries = _tree_entries(repo_path, resolve(repo_path, ref))
+    wanted = [
+        (path, sha)
+        for kind, sha, path in entries
+        if kind == "blob" and (not suffixes or path.endswith(tuple(suffixes)))
+    ]
+    known = {sha: data for _, sha in wanted if (data := _BLOBS.get(sha)) is not None}
+    known.update(_read_blobs(repo_path, sorted({sha for _, sha in wanted} - known.keys())))
+    for path, sha in wanted:
+        yield path, known[sha]
+
+
+def _tree_entries(repo_path: str | Path, sha: str) -> list[tuple[str, str, str]]:
+    """(type, object sha, path) of every entry under commit `sha`, in `tree.traverse()` order."""
+    children: dict[str, list[tuple[str, str, str]]] = {}
+    for record in _git(repo_path, "ls-tree", "-r", "-t", "-z", "--full-tree", sha).split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            _mode, kind, obj = meta.split(" ")
+            children.setdefault(path.rpartition("/")[0], []).append((kind, obj, path))
+    out, stack = [], deque(children.get("", []))
+    while stack:  # breadth first: a directory's children after all of its siblings
+        entry = stack.popleft()
+        out.append(entry)
+        if entry[0] == "tree":
+            stack.extend(children.get(entry[2], []))
+    return out
+
+
+def _read_blobs(repo_path: str | Path, shas: list[str]) -> dict[str, bytes]:
+    """Blobs `shas` (sha -> content, also kept in _BLOBS) by one `git cat-file --batch`; GitError
+    when git fails or lacks one."""
+    if not shas:
+        return {}
+    try:
+        proc = subprocess.run(
+            ["git", "cat-file", "--batch"], cwd=repo_path, input="\n".join(shas).encode() + b"\n", capture_output=True
+        )
+    except OSError as e:
+        raise GitError(f"git cat-file failed: {e}") from None
+    if proc.returncode != 0:
+        raise GitError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()}", proc.returncode)
+    out, at, read = proc.stdout, 0, {}
+    for sha in shas:
+        header_end = out.index(b"\n", at)
+        header = out[at:header_end].split()
+        if len(header) != 3:
+            raise GitError(f"git cat-file: {out[at:header_end].decode(errors='replace')}")
+        read[sha] = out[header_end + 1 : header_end + 1 + int(header[2])]
+        at = header_end + 1 + int(header[2]) + 1
+    _remember_blobs(read)
+    return read
+
+
+def _remember_blobs(read: dict[str, bytes]) -> None:
+    with _BLOBS_LOCK:
+        for sha, data in read.items():
+            _BLOBS[sha] = data
+            _BLOB_BYTES[0] += len(data)
+        while _BLOB_BYTES[0] > BLOB_BYTES_KEPT and len(_BLOBS) > 1:
+            _BLOB_BYTES[0] -= len(_BLOBS.pop(next(iter(_BLOBS))))
+
+
+BLOB_BYTES_KEPT = 256 << 20  # a few trees' worth of transformers sources (~55 MiB of .py each)
+_BLOBS: dict[str, bytes] = {}  # blob sha -> content; the oldest read first out
+_BLOB_BYTES = [0]
+_BLOBS_LOCK = threading.Lock()
 
 
 # --- worktrees ---------------------------------------------------------------------------------

@@ -78,12 +78,20 @@ def trigger_words(trigger: str | None, drill: DrillDown, options: dict | None = 
     return sorted({w for key, ws in TRIGGER_WORDS.items() if key in text for w in ws})
 
 
-def coverage_sets(repro: Reproduction, prober: Prober, repo: Path) -> tuple[Coverage | None, set[str]]:
+def coverage_sets(
+    repro: Reproduction, prober: Prober, repo: Path, checks: dict | None = None
+) -> tuple[Coverage | None, set[str]]:
     """Functions ('file:qualname') run by the failing scenario, and by a passing one if known; None
     when unknown (the engine failed, or the tree is native code the recorder cannot see). On a mixed
-    tree the record covers its Python only: the rest is unknown function by function."""
+    tree the record covers its Python only: the rest is unknown function by function. With `checks`,
+    the failing run also judges the functions' contracts (function_verdicts' run, saved: the coverage
+    recorder and the function taps see the same calls, neither runs the tree's code) and
+    checks["verdicts"] holds them once the run answered."""
     try:
-        failing = Coverage.from_meta(prober.run_target(repro.scenario, repo, taps=[], coverage=True).meta)
+        meta = prober.run_target(repro.scenario, repo, taps=[], coverage=True, function_checks=checks is not None).meta
+        if checks is not None:
+            checks["verdicts"] = meta.get("function_checks", [])
+        failing = Coverage.from_meta(meta)
         if failing is None:
             return None, set()
         passing = set()
@@ -100,7 +108,10 @@ def gather(
     """All candidates with their evidence and a deterministic score (unranked)."""
     cands: dict[tuple[str, str], Candidate] = {}
     index = index or open_index(repo, include_tests=False)
-    failing, passing = coverage_sets(repro, prober, repo) if prober else (None, set())
+    checks: dict = {}  # without a culprit, the contracts are judged on the coverage run (one run, not two)
+    failing, passing = (
+        coverage_sets(repro, prober, repo, checks if culprit is None else None) if prober else (None, set())
+    )
     touched = culprit_functions(repo, index, culprit)
     for sym, commit, modified in touched:
         _get(cands, sym).add("culprit", f"changed by culprit commit {commit[:10]}", None)
@@ -110,7 +121,7 @@ def gather(
     _add_code_evidence(cands, index, drill, repro, failing, passing, culprit)
     if culprit is None:
         if prober is not None:
-            _add_contract_evidence(cands, index, repro, drill, prober, repo, failing)
+            _add_contract_evidence(cands, index, repro, drill, prober, repo, failing, verdicts=checks.get("verdicts"))
         _add_recent_changes(cands, repo, index, failing)
     elif prober is not None:
         changed = {(sym.file, sym.qualname) for sym, _, _ in touched}
@@ -275,12 +286,14 @@ def _add_contract_evidence(
     repo: Path,
     failing: Coverage | None = None,
     among: set[tuple[str, str]] | None = None,
+    verdicts: list[dict] | None = None,
 ) -> None:
     """The function that computes the wrong thing from its own inputs is the candidate; the earliest
     such one in the divergent component first, its callers behind it. With `among` (the functions a
     culprit changed) only those are judged, and one that keeps its contract is left as it is: a
     contract sees one role, and a commit may break a function in ways no contract covers."""
-    verdicts = function_verdicts(repro, prober, repo)
+    if verdicts is None:  # not judged on the coverage run already
+        verdicts = function_verdicts(repro, prober, repo)
     if among is not None:
         verdicts = [v for v in verdicts if tuple(v["function"].split(":", 1)) in among]
     else:

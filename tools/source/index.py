@@ -19,6 +19,7 @@ import functools
 import hashlib
 import inspect
 import os
+import pickle
 import re
 import textwrap
 import threading
@@ -174,13 +175,46 @@ def parsed(path: str, data: bytes, language: str) -> tuple[list[Symbol], dict[st
     key = (path, language, hashlib.sha1(data).digest())
     hit = _PARSED.get(key)
     if hit is None:
-        hit = _PARSED[key] = parse_file(path, data, language)
+        hit = _PARSED[key] = _parsed_on_disk(key, lambda: parse_file(path, data, language))
         if len(_PARSED) > PARSED_FILES_KEPT:
             _PARSED.popitem(last=False)
     else:
         _PARSED.move_to_end(key)
     return hit
 
+
+def _parsed_on_disk(key: tuple[str, str, bytes], parse: Any) -> tuple[list[Symbol], dict[str, list[str]]]:
+    """parse(), kept in DIFFDX_CACHE/parsed/ under `key` and this parser's version: one diagnosis
+    after another indexes the same large tree (a user's, a release's), whose parse is most of an
+    index's CPU (tens of seconds for a transformers tree). An entry that cannot be read or written
+    costs only the parse."""
+    from tools.engines.codecache import store
+    from tools.probe.checkpoints import cache_root
+
+    name = hashlib.sha256(_PARSER_VERSION + repr(key).encode()).hexdigest()
+    entry = cache_root() / "parsed" / name[:2] / name
+    try:
+        return pickle.loads(entry.read_bytes())
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ValueError):
+        result = parse()
+        store(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        return result
+
+
+def _parser_version() -> bytes:
+    """This module's source and the tree-sitter packages' versions: a parse result depends on nothing else."""
+    from importlib import metadata
+
+    parts = [Path(__file__).read_bytes()]
+    for dist in ("tree-sitter", "tree-sitter-python", "tree-sitter-c", "tree-sitter-cpp"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}".encode())
+        except metadata.PackageNotFoundError:
+            parts.append(dist.encode())
+    return hashlib.sha256(b"\0".join(parts)).digest()
+
+
+_PARSER_VERSION = _parser_version()
 
 _PARSED: OrderedDict[tuple[str, str, bytes], tuple[list[Symbol], dict[str, list[str]]]] = OrderedDict()
 

@@ -216,6 +216,22 @@ def test_prestart_launches_the_zygotes_runs_then_fork_from(tmp_path, monkeypatch
         server.stop()
 
 
+def test_a_transformers_tree_s_run_environment_is_had_without_importing_torch(tmp_path):
+    """prestart launches a transformers tree's zygote with the environment its runs get, adapter
+    hooks included; asking the hooks must not import the adapter's torch first (seconds before the
+    zygote could start). Checked in a fresh interpreter, where nothing has imported torch yet."""
+    own = tmp_path / "own"
+    (own / "transformers").mkdir(parents=True)
+    (own / "transformers" / "__init__.py").write_text("__version__ = '5.0.0'\n")
+    code = (
+        "import sys; from tools.engines.runner import worker_env; "
+        f"env = worker_env({str(own)!r}, engine='transformers'); "
+        "print(env['PYTHONPATH'].split(':')[0], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=DIFFDX_ROOT)
+    assert out.stdout.split() == [str(own.resolve()), "False"]
+
+
 def test_prestart_starts_nothing_when_zygotes_are_off(tmp_path, monkeypatch):
     from tools.engines import runner
 

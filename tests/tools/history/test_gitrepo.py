@@ -101,6 +101,31 @@ def test_commit_info_and_diff(tmp_path):
     assert "+VALUE = 0" in root_diff
 
 
+def test_tree_files_reads_every_blob_of_a_commit_in_gitpython_traversal_order(tmp_path):
+    """One ls-tree and one batched cat-file give what walking the commit's tree object by object
+    gives (same paths, bytes and order, nested directories and a suffix filter included), also for
+    a second commit whose shared blobs come from memory."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    files = {"z.py": "Z = 1\n", "a/b/c.py": "C = 2\n", "a/x.cpp": "int x;\n", "a/b.py": "", "README": "r\n"}
+    first = commit_files(repo, "base", files)
+    second = commit_files(repo, "change", {"a/b/c.py": "C = 3\n", "a/b/d/e.py": "E = 'é'\n"})
+
+    def walked(ref: str, suffixes: tuple[str, ...]) -> list[tuple[str, bytes]]:
+        with gitrepo.open_repo(repo) as r:
+            return [
+                (item.path, item.data_stream.read())
+                for item in r.commit(ref).tree.traverse()
+                if item.type == "blob" and (not suffixes or item.path.endswith(suffixes))
+            ]
+
+    for ref in (first, second):
+        for suffixes in ((), (".py",), (".py", ".cpp")):
+            assert list(gitrepo.tree_files(repo, ref, suffixes)) == walked(ref, suffixes)
+    assert ("a/b/d/e.py", "E = 'é'\n".encode()) in list(gitrepo.tree_files(repo, second, (".py",)))
+
+
 def test_temporary_worktree_is_detached_and_removed_on_every_exit(tmp_path):
     repo, shas = linear_repo(tmp_path)
     with gitrepo.temporary_worktree(repo, "HEAD~2") as tree:

@@ -101,3 +101,15 @@ def test_bug_free_tinyserve_keeps_the_attention_contract_with_chunks_and_cached_
     options = {"enable_prefix_caching": True, "enable_chunked_prefill": True, "max_num_batched_tokens": 16}
     found = verdicts(scenario(arch, dtype, options={**options, "block_size": 4}))
     assert_no_contract_fires(found, {"paged-attention", "kv-cache-write", "attention-mask", "top-p", "penalty"})
+
+
+def test_contracts_judged_on_the_coverage_run_are_those_of_a_run_of_their_own():
+    """gather judges the contracts on its coverage run (one engine run, not two): the verdicts and
+    the covered functions are the ones each recorder gives in a run of its own."""
+    sc = scenario("llama", "float32")
+    prober = Prober()
+    both = prober.run_target(sc, TINYSERVE, taps=[], coverage=True, function_checks=True).meta
+    alone = prober.run_target(sc, TINYSERVE, taps=[], function_checks=True).meta["function_checks"]
+    covered = prober.run_target(sc, TINYSERVE, taps=[], coverage=True).meta["coverage"]
+    assert both["function_checks"] == alone and alone
+    assert both["coverage"] == covered and covered

@@ -330,6 +330,35 @@ def test_a_commit_s_index_parses_only_the_files_it_does_not_share(tmp_path):
     assert head.find("helper") and not parent.find("helper")
 
 
+def test_parse_results_survive_the_process_in_the_cache_and_a_torn_entry_is_parsed_again(engine_tree, monkeypatch):
+    """A later diagnosis (a new process: the in-memory parses gone) of the same tree reads each file's
+    parse from DIFFDX_CACHE/parsed; what it reads is what parsing gives, and a damaged entry is
+    parsed afresh, never trusted."""
+    from tools.probe.checkpoints import cache_root
+    from tools.source import index as source_index
+
+    monkeypatch.setenv("DIFFDX_CACHE", str(engine_tree.parent / "cache"))
+    source_index._PARSED.clear()
+    first = TreeSitterIndex(engine_tree, [(p, (engine_tree / p).read_bytes()) for p in ("tinyserve/rotary.py",)])
+    entries = sorted((cache_root() / "parsed").rglob("*"))
+    entries = [e for e in entries if e.is_file()]
+    assert len(entries) == 1
+    source_index._PARSED.clear()
+    monkeypatch.setattr(source_index, "parse_file", lambda *a: pytest.fail("parsed although cached"))
+    again = TreeSitterIndex(engine_tree, [(p, (engine_tree / p).read_bytes()) for p in ("tinyserve/rotary.py",)])
+    assert again.symbols == first.symbols and again._calls == first._calls and again.symbols
+    monkeypatch.undo()
+    monkeypatch.setenv("DIFFDX_CACHE", str(engine_tree.parent / "cache"))
+    entries[0].write_bytes(b"torn")
+    source_index._PARSED.clear()
+    assert (
+        TreeSitterIndex(
+            engine_tree, [("tinyserve/rotary.py", (engine_tree / "tinyserve/rotary.py").read_bytes())]
+        ).symbols
+        == first.symbols
+    )
+
+
 def index_language(path: str) -> str:
     from tools.source.index import language_of
 
