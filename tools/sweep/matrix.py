@@ -251,7 +251,12 @@ def scenario_of(
     for r in requests:
         r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
     variant = (variants or {}).get(cell.config)
-    model = {"arch": cell.arch, **BASE_MODEL, **MODEL_OVERRIDES.get(cell.arch, {}), **(variant.model if variant else {})}
+    model = {
+        "arch": cell.arch,
+        **BASE_MODEL,
+        **MODEL_OVERRIDES.get(cell.arch, {}),
+        **(variant.model if variant else {}),
+    }
     data = {
         "model": model,
         "target": {
