@@ -246,6 +246,8 @@ def prefer_callee(
         return deeper
     elif touched_only and not dropped and (kept := helper_kept(repo, h, callees, before, after, reach, repro, prober)):
         return kept
+    elif touched_only and not dropped and (new := rewritten_around(repo, h, callees, before, after, reach)):
+        return new
     for c in callees:
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
@@ -276,8 +278,12 @@ def first_callee_verified(
             return c
     for c in callees:
         # a function the commit created has no previous version: its template edits are its last
-        # counterfactual, unless the caller's restore changes nothing but its use (credited later)
+        # counterfactual, unless the caller's restore changes nothing but its use (credited later),
+        # or its body is the code the caller lost, moved unchanged: that code ran right before the
+        # commit, so an edit of it that removes the divergence only masks the caller's own change
         use_only = not dropped and use_only_changed(before, after, called_name(c, reach) or "")
+        if touched_only and is_new(repo, c) and moved_unchanged(repo, h, c, before, after, reach):
+            continue
         if not touched_only or (is_new(repo, c) and not use_only):
             verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
             if c.verified:
@@ -307,6 +313,18 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     )
     mark_verified(used, "restore", how, h.verifying_diff)
     withdraw(h, used, "only changes its use of")
+    return True
+
+
+def moved_unchanged(repo: Path, h: Hypothesis, c: Hypothesis, before: str, after: str, reach: set[str]) -> bool:
+    """c's body, under what h now passes it, is code h's verifying restore puts back (a faithful
+    move); said in c's evidence once."""
+    name = called_name(c, reach) or ""
+    if not name or not faithful_move(function_source(repo, c) or "", before, after, name):
+        return False
+    note = f"its body is the code its caller {h.function} lost, moved unchanged: a faithful move"
+    if not any(e.startswith(note) for e in c.evidence):
+        c.evidence.append(note + " (no template edit tried on it: that code ran right before the commit)")
     return True
 
 
@@ -355,6 +373,45 @@ def helper_kept(
             h.evidence.append(
                 f"restored but for its use of {c.function} it agrees: its own other changes carry the divergence"
             )
+    return None
+
+
+REFUTED_HELPER = (
+    "leaves the divergence: the caller's own change carries it",  # verify_inlined
+    "a faithful move",
+)
+
+
+def rewritten_around(
+    repo: Path, h: Hypothesis, callees: list[Hypothesis], before: str, after: str, reach: set[str]
+) -> Hypothesis | None:
+    """h's verifying restore takes off the path both h's rewrite and its call of a helper the same commit
+    created, and no counterfactual tried could separate the two (the helper has no earlier version, no
+    template edit repairs it, the caller cannot be restored around its use of it). The helper is then
+    the suspect: all of its code is new and runs only through this call, while the caller's rewrite
+    re-expresses code that ran right before the commit around it. Not where the helper is a faithful
+    move, where a counterfactual put the divergence on h's own change, or where the restored h agrees
+    but for its use of the helper (helper_kept): h keeps the credit there."""
+    for c in callees:
+        name = called_name(c, reach) or ""
+        if c.commit != h.commit or not name or not is_new(repo, c) or name in {n for n, _ in call_names(after)}:
+            continue
+        said = [*c.evidence, *h.evidence]
+        if any(r in e for r in REFUTED_HELPER for e in c.evidence) or any(
+            f"restored but for its use of {c.function} it agrees" in e for e in said
+        ):
+            continue
+        if faithful_move(function_source(repo, c) or "", before, after, name):
+            continue
+        lost = lost_text(before, after)
+        how = (
+            f"restoring its caller {h.function}, which {(c.commit or '')[:10]} rewrote around its call of "
+            f"{c.function} (lost: `{lost}`), removes the divergence; {c.function} is new in that commit, not "
+            "a faithful move of the lost code, and nothing tried separates the two: its new code is the suspect"
+        )
+        mark_verified(c, "restore", how, h.verifying_diff)
+        withdraw(h, c, "is rewritten around its new callee")
+        return c
     return None
 
 
@@ -620,6 +677,8 @@ def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
     why = "which breaks its contract on its own inputs" if breaks_contract(callee) else "whose own edit removes it"
     if relation.startswith("only"):
         why = "so the restore takes the callee's code off the path"
+    if relation.startswith("is rewritten"):
+        why = "and the restore takes that callee's new code off the path with it"
     caller.evidence.insert(
         0,
         f"an edit of it removes the divergence, but it {relation} {callee.function}, {why}: "

@@ -391,3 +391,49 @@ def test_kept_call_version_restores_all_but_the_lines_that_use_the_helper():
     assert kept_call_version(now, old, "g") is None  # no line uses it: nothing to keep
     other_target = now.replace("p = h(s, d)", "q = h(s, d)")
     assert kept_call_version(other_target, old, "h") is None  # it feeds another value
+
+
+# The commit rewrites the caller's whole body around a new helper: nothing of the old body is left for
+# the helper's call to stand in (no line to keep, no name bound to its result), so no counterfactual
+# separates the rewrite from the helper.
+REWRITTEN_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]: one chunk, the activation in a helper
+    gate, up = x.chunk(2, dim=-1)
+    return _act(gate) * {up}
+"""
+ACT_HELPER = """
+
+def _act(gate: torch.Tensor) -> torch.Tensor:
+    # [T, I] -> [T, I]
+    return {body}
+"""
+
+
+@slow
+def test_a_new_helper_its_caller_was_rewritten_around_takes_the_credit_when_nothing_separates_them(refactored):
+    """Regression (held-out B cases: the caller kept rank 1): the commit rewrites the caller's whole
+    body around a new helper and gets the helper wrong. Restoring the caller removes the divergence;
+    the helper has no earlier version, no template edit repairs it, and the caller cannot be restored
+    around its use of it. The helper's code is all new and the rewrite re-expresses code that ran right
+    before: the helper ranks first, the caller next, and the evidence says what was lost."""
+    ranked, caller, helper = refactored(
+        REWRITTEN_CALLER.format(up="up"), ACT_HELPER.format(body="F.gelu(gate)"), "_act"
+    )
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert "rewrote around its call of _act" in helper.evidence[0] and "not a faithful move" in helper.evidence[0]
+    assert "+    out = F.silu(x[..., :d])" in helper.verifying_diff  # the caller's restore, shown
+    assert not caller.verified and "is rewritten around its new callee _act" in caller.evidence[0]
+    assert ranked[1] is caller
+
+
+@slow
+def test_a_faithfully_moved_helper_gets_no_template_edit_that_could_mask_its_caller_s_own_change(refactored):
+    """Regression (held-out C case: a swapped-arguments edit of the moved helper masked the caller's
+    fault and took the credit): the helper's body is the code the caller lost, moved unchanged, and the
+    caller's other change takes the wrong half as `up`. That code ran right before the commit, so the
+    helper gets no template edits: the restored caller keeps the credit."""
+    new_caller = USED_CALLER.format(use="up = x[..., :d]\n    return _activated(x[..., :d]).mul_(up)")
+    ranked, caller, helper = refactored(new_caller, ACTIVATED.format(body="F.silu(gate)"), "_activated")
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("moved unchanged" in e and "no template edit tried on it" in e for e in helper.evidence)
+    assert not helper.verified and not any("fix template" in e for e in helper.evidence)
