@@ -23,11 +23,14 @@ from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
     class_statements_restored,
+    dropped_options,
     faithful_move,
     function_node,
     inline_version,
     kept_call_version,
     lost_text,
+    moved_statements,
+    narrowed_arguments,
     only_its_use,
     same_def,
     with_body,
@@ -224,7 +227,7 @@ def prefer_callee(
         (c for c in suspects if c is not h and not c.verified and c.score >= 0 and called_name(c, reach)),
         key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
-    dropped = dropped_inputs(before, after)
+    dropped = handed_on_less(repo, before, after, callees, reach)
     verified = first_callee_verified(repo, h, callees, before, after, repro, prober, touched_only, reach, dropped)
     if verified is not None:
         withdraw(h, verified, "drops or changes its call to" if called_name(verified, touched) else "calls")
@@ -237,7 +240,7 @@ def prefer_callee(
     # a helper the commit created first: a callee that existed before routes the same old code either way
     used = next((c for c in use_only if is_new(repo, c)), use_only[0] if use_only else None)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
-        h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
+        h.evidence.append(f"its change stops handing on {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
         if credit_new_helper(repo, h, used, before, after, called_name(used, reach) or ""):
             return used
@@ -246,7 +249,11 @@ def prefer_callee(
         return deeper
     elif touched_only and not dropped and (kept := helper_kept(repo, h, callees, before, after, reach, repro, prober)):
         return kept
-    elif touched_only and not dropped and (new := rewritten_around(repo, h, callees, before, after, reach)):
+    elif (
+        touched_only
+        and not dropped
+        and (new := rewritten_around(repo, h, callees, before, after, reach, repro, prober))
+    ):
         return new
     for c in callees:
         if called_name(c, touched):
@@ -382,16 +389,27 @@ REFUTED_HELPER = (
 )
 
 
+CALLER_EDITS_TRIED = 8  # template edits of a caller's own new lines, its call of a new helper kept
+
+
 def rewritten_around(
-    repo: Path, h: Hypothesis, callees: list[Hypothesis], before: str, after: str, reach: set[str]
+    repo: Path,
+    h: Hypothesis,
+    callees: list[Hypothesis],
+    before: str,
+    after: str,
+    reach: set[str],
+    repro: Reproduction,
+    prober: Prober,
 ) -> Hypothesis | None:
     """h's verifying restore takes off the path both h's rewrite and its call of a helper the same commit
-    created, and no counterfactual tried could separate the two (the helper has no earlier version, no
-    template edit repairs it, the caller cannot be restored around its use of it). The helper is then
-    the suspect: all of its code is new and runs only through this call, while the caller's rewrite
-    re-expresses code that ran right before the commit around it. Not where the helper is a faithful
-    move, where a counterfactual put the divergence on h's own change, or where the restored h agrees
-    but for its use of the helper (helper_kept): h keeps the credit there."""
+    created, and no counterfactual tried so far separates the two (the helper has no earlier version,
+    no template edit repairs it, h cannot be restored around its use of it). Where the helper is new
+    code (none of its statements is code h lost, names aside) and no template edit of h's own new lines,
+    the helper's call kept, removes the divergence either, the helper is the suspect: h's rewrite
+    re-expresses code that ran right before the commit, the helper's code ran nowhere before. h keeps
+    the credit where the helper is (mostly) code h lost, moved (h's change around it is what is new),
+    where a counterfactual put the divergence on h's own change, or where its own edit removes it."""
     for c in callees:
         name = called_name(c, reach) or ""
         if c.commit != h.commit or not name or not is_new(repo, c) or name in {n for n, _ in call_names(after)}:
@@ -401,18 +419,50 @@ def rewritten_around(
             f"restored but for its use of {c.function} it agrees" in e for e in said
         ):
             continue
-        if faithful_move(function_source(repo, c) or "", before, after, name):
+        if moved_statements(function_source(repo, c) or "", before, after):
+            c.evidence.append(f"part of its body is code its caller {h.function} lost, moved (names aside)")
             continue
+        if own_edit_verifies(repo, h, before, after, repro, prober):
+            return None
         lost = lost_text(before, after)
         how = (
             f"restoring its caller {h.function}, which {(c.commit or '')[:10]} rewrote around its call of "
-            f"{c.function} (lost: `{lost}`), removes the divergence; {c.function} is new in that commit, not "
-            "a faithful move of the lost code, and nothing tried separates the two: its new code is the suspect"
+            f"{c.function} (lost: `{lost}`), removes the divergence; {c.function} is new code in that commit "
+            "(none of it is the lost code), and no edit of the caller's own new lines removes it: its new "
+            "code is the suspect"
         )
         mark_verified(c, "restore", how, h.verifying_diff)
         withdraw(h, c, "is rewritten around its new callee")
         return c
     return None
+
+
+def own_edit_verifies(repo: Path, h: Hypothesis, before: str, after: str, repro: Reproduction, prober: Prober) -> bool:
+    """A template edit of one of the lines h's commit gave it (h as it is now, its calls kept) removes
+    the divergence: h's own new code carries it. Said in h's evidence either way."""
+    component = tapnames.component(repro.probe.first.tap) if repro.probe and repro.probe.first else None
+    added = {line.strip() for line in before.splitlines()} - {line.strip() for line in after.splitlines()}
+
+    def own_lines(text: str) -> list[tuple[str, str]]:
+        return [(d, new) for d, new in fixes(text, component) if _edited_line(text, new) in added]
+
+    outcome = try_edits(repo, h, repro, prober, own_lines, CALLER_EDITS_TRIED)
+    if outcome.verified:
+        h.evidence.append(
+            f"its own edit `{outcome.description}` (its calls kept) also removes the divergence: "
+            "its own new code carries it, so it keeps the credit"
+        )
+    elif outcome.probes:
+        h.evidence.append(f"{outcome.probes} template edit(s) of its own new lines leave the divergence")
+    return outcome.verified
+
+
+def _edited_line(old: str, new: str) -> str:
+    """The first line of `old` that the edit to `new` changed, stripped."""
+    for a, b in zip(old.splitlines(), new.splitlines()):
+        if a != b:
+            return a.strip()
+    return ""
 
 
 def probe_version(repo: Path, h: Hypothesis, version: str, repro: Reproduction, prober: Prober) -> bool | None:
@@ -500,6 +550,19 @@ def is_new(repo: Path, h: Hypothesis) -> bool:
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def handed_on_less(repo: Path, before: str, after: str, callees: list[Hypothesis], reach: set[str]) -> list[str]:
+    """What the caller's change (after -> before) stops handing on, as evidence phrases: a parameter it no
+    longer reads, an option (a keyword argument) its lost code set that no code of it or of its callees
+    names now, a part of a value where its lost code handed on the whole (tools.hypotheses.moved)."""
+    helpers = [function_source(repo, c) or "" for c in callees]
+    out = [f"its parameter {p}" for p in dropped_inputs(before, after)]
+    out += [f"the option `{k}=`" for k in dropped_options(before, after, helpers)]
+    for c in callees:
+        whole = narrowed_arguments(before, after, called_name(c, reach) or "")
+        out += [f"all of `{a.partition('[')[0]}` (it hands {c.function} `{a}`)" for a in whole]
+    return out
 
 
 def dropped_inputs(before: str, after: str) -> list[str]:
