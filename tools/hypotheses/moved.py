@@ -491,7 +491,9 @@ def moved_statements(helper_src: str, now_src: str, old_src: str) -> int:
         if lost[_shape(u)]:
             lost[_shape(u)] -= 1
             count += 1
-        elif isinstance(u, ast.Return) and _computes(u.value) and _shape(u.value) in lost_values:
+        elif (
+            isinstance(u, ast.Return) and u.value is not None and _computes(u.value) and _shape(u.value) in lost_values
+        ):
             count += 1
     return count
 
