@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,8 +235,11 @@ def prefer_callee(
         return verified
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
-        withdraw(h, broken, "reaches")
-        return broken
+        # unless a helper the commit created under it, given its own caller's old inline code, removes
+        # the divergence: the contract sees the callee's output, the fault may sit in what it calls
+        deeper = isolated_helper(repo, h, suspects, repro, prober) if touched_only and not dropped else None
+        withdraw(h, deeper or broken, "reaches")
+        return deeper or broken
     use_only = [c for c in callees if use_only_changed(before, after, called_name(c, reach) or "")]
     # a helper the commit created first: a callee that existed before routes the same old code either way
     used = next((c for c in use_only if is_new(repo, c)), use_only[0] if use_only else None)
@@ -422,7 +426,7 @@ def rewritten_around(
         if moved_statements(function_source(repo, c) or "", before, after):
             c.evidence.append(f"part of its body is code its caller {h.function} lost, moved (names aside)")
             continue
-        if own_edit_verifies(repo, h, before, after, repro, prober):
+        if own_edit_verifies(repo, h, before, after, repro, prober, name):
             return None
         lost = lost_text(before, after)
         how = (
@@ -437,14 +441,21 @@ def rewritten_around(
     return None
 
 
-def own_edit_verifies(repo: Path, h: Hypothesis, before: str, after: str, repro: Reproduction, prober: Prober) -> bool:
+def own_edit_verifies(
+    repo: Path, h: Hypothesis, before: str, after: str, repro: Reproduction, prober: Prober, helper: str
+) -> bool:
     """A template edit of one of the lines h's commit gave it (h as it is now, its calls kept) removes
-    the divergence: h's own new code carries it. Said in h's evidence either way."""
+    the divergence: h's own new code carries it. The lines that name what h hands `helper` go first (a
+    value handed on wrong is the caller's commonest fault). Said in h's evidence either way."""
     component = tapnames.component(repro.probe.first.tap) if repro.probe and repro.probe.first else None
     added = {line.strip() for line in before.splitlines()} - {line.strip() for line in after.splitlines()}
+    handed = handed_names(before, helper)
 
     def own_lines(text: str) -> list[tuple[str, str]]:
-        return [(d, new) for d, new in fixes(text, component) if _edited_line(text, new) in added]
+        edits = [(d, new, _edited_line(text, new)) for d, new in fixes(text, component)]
+        mine = [(d, new, line) for d, new, line in edits if line in added]
+        mine.sort(key=lambda e: not (set(re.findall(r"\w+", e[2])) & handed))  # stable: template order kept
+        return [(d, new) for d, new, _ in mine]
 
     outcome = try_edits(repo, h, repro, prober, own_lines, CALLER_EDITS_TRIED)
     if outcome.verified:
@@ -455,6 +466,15 @@ def own_edit_verifies(repo: Path, h: Hypothesis, before: str, after: str, repro:
     elif outcome.probes:
         h.evidence.append(f"{outcome.probes} template edit(s) of its own new lines leave the divergence")
     return outcome.verified
+
+
+def handed_names(source: str, helper: str) -> set[str]:
+    """Plain names `source` hands `helper` as whole arguments (`helper(x, rows)`: x, rows)."""
+    fn = function_node(source)
+    short = helper.rsplit(".", 1)[-1]
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)] if fn is not None else []
+    named = [c for c in calls if getattr(c.func, "id", getattr(c.func, "attr", None)) == short]
+    return {a.id for c in named for a in [*c.args, *(k.value for k in c.keywords)] if isinstance(a, ast.Name)}
 
 
 def _edited_line(old: str, new: str) -> str:
