@@ -28,7 +28,7 @@ from tools.hypotheses.moved import (
     only_its_use,
     same_def,
 )
-from tools.hypotheses.verify import passthrough_version, verify
+from tools.hypotheses.verify import handed_names, passthrough_version, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
@@ -496,3 +496,9 @@ def test_what_a_caller_stops_handing_on_an_option_or_all_of_a_value():
     assert narrowed_arguments(new_update, old_update, "pieces") == ["seq.ids[-1:]"]
     assert narrowed_arguments(new_update.replace("seq.ids[-1:]", "seq.ids"), old_update, "pieces") == []
     assert narrowed_arguments(new_update, old_update, "join") == []
+
+
+def test_handed_names_are_the_plain_names_a_caller_gives_the_helper():
+    src = "def f(self, b):\n    rows = g(b)\n    return self.h([i for i in b], rows, k=b)\n"
+    assert handed_names(src, "Cls.h") == {"rows", "b"}
+    assert handed_names(src, "g") == {"b"} and handed_names(src, "other") == set()
