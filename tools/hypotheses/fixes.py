@@ -433,6 +433,37 @@ def memo_guard(fn: Fn) -> list[Edit]:
     return edits
 
 
+def prefix_rows(fn: Fn) -> list[Edit]:
+    """`x[:n]` where n is the count of an index parameter `rows` (`len(rows)`, `rows.numel()`,
+    `rows.shape[0]`, `rows.size(0)`, inline or bound to a name) -> `x[rows]`: the first n rows taken
+    for the n rows the parameter names (a subset of a batch read as its prefix)."""
+    params = [p for p in _parameter_names(fn) if p not in ("self", "cls")]
+    counts = {
+        f"{form}".format(p=p): p for p in params for form in ("len({p})", "{p}.numel()", "{p}.shape[0]", "{p}.size(0)")
+    }
+    for node in fn.walk("assignment"):
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is not None and right is not None and left.type == "identifier":
+            if (p := counts.get(fn.text(right).replace(" ", ""))) is not None:
+                counts[fn.text(left)] = p
+    by_param: dict[str, list[ts.Node]] = {}
+    for node in fn.walk("slice"):
+        text = fn.text(node).replace(" ", "")
+        if text.startswith(":") and (p := counts.get(text[1:])) is not None:
+            by_param.setdefault(p, []).append(node)
+    edits = []
+    for p, slices in by_param.items():  # every prefix of the same count at once: one slip, made throughout
+        start, end = slices[0].start_byte - fn.shift, slices[-1].end_byte - fn.shift
+        text, at = "", start
+        for node in slices:
+            text += fn.data[at : node.start_byte - fn.shift].decode() + p
+            at = node.end_byte - fn.shift
+        line = fn.data[:start].count(b"\n") + 1
+        desc = f"`[{fn.text(slices[0])}]` -> `[{p}]`, {len(slices)} time(s) (line {line})"
+        edits.append(Edit("prefix-rows", desc, start, end, text, line))
+    return edits
+
+
 def _parameter_names(fn: Fn) -> list[str]:
     params = field(fn.root, "parameters")
     names = []
@@ -464,6 +495,7 @@ TEMPLATES: dict[str, Callable[[Fn], list[Edit]]] = {
     "stale-value": stale_value,
     "memo-guard": memo_guard,
     "power-of-two": power_of_two,
+    "prefix-rows": prefix_rows,
 }
 
 # Which patterns a divergent component most often hides, most likely first (silent-bugs.md).

@@ -442,3 +442,68 @@ def _docstring(cls: ast.ClassDef) -> list[ast.stmt]:
 
 def _own_statements(cls: ast.ClassDef) -> list[ast.stmt]:
     return [st for st in cls.body if not _is_def(st) and st not in _docstring(cls)]
+
+
+# ---- what a caller stopped handing on: its own change, whatever helper it now calls -----------------
+
+
+def dropped_options(now_src: str, old_src: str, helper_srcs: list[str]) -> list[str]:
+    """Keyword arguments that the statements the caller lost pass (`decode(ids, skip_special=True)`)
+    and that no code of the caller now, nor of the helpers it now calls, names any more: an option the
+    old code set that the new code no longer sets anywhere. Its own change, not the helper's."""
+    changed = changed_statements(now_src, old_src)
+    if changed is None:
+        return []
+    keywords = {k.arg for u in changed[1] for n in ast.walk(u) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
+    named = {w for text in (now_src, *helper_srcs) for w in re.findall(r"\w+", text)}
+    return sorted(keywords - named)
+
+
+def narrowed_arguments(now_src: str, old_src: str, name: str) -> list[str]:
+    """Arguments of the caller's calls of `name` that are a part (`ids[-1:]`, `rows[0]`) of a value the
+    statements it lost handed whole to a call: the caller now gives on less than the old code did."""
+    now, changed = function_node(now_src), changed_statements(now_src, old_src)
+    if now is None or changed is None:
+        return []
+    whole = {_key(a) for u in changed[1] for n in ast.walk(u) if isinstance(n, ast.Call) for a in _arguments(n)}
+    out = []
+    for n in ast.walk(now):
+        if isinstance(n, ast.Call) and _named(n, name):
+            out += [ast.unparse(a) for a in _arguments(n) if isinstance(a, ast.Subscript) and _key(a.value) in whole]
+    return out
+
+
+def _arguments(call: ast.Call) -> list[ast.expr]:
+    return [*call.args, *(k.value for k in call.keywords)]
+
+
+def moved_statements(helper_src: str, now_src: str, old_src: str) -> int:
+    """How many of the helper's statements are statements its caller lost, names aside (a parameter
+    renamed, a local called otherwise): a return counts where its value is an expression of one. A
+    helper with none is new code; one made of them is the caller's code moved, whatever it now gets."""
+    fn, changed = function_node(helper_src), changed_statements(now_src, old_src)
+    if fn is None or changed is None:
+        return 0
+    lost = Counter(_shape(u) for u in changed[1])
+    lost_values = {_shape(n) for u in changed[1] for n in ast.walk(u) if isinstance(n, ast.expr)}
+    count = 0
+    for u in _units(_code(fn)):
+        if lost[_shape(u)]:
+            lost[_shape(u)] -= 1
+            count += 1
+        elif (
+            isinstance(u, ast.Return) and u.value is not None and _computes(u.value) and _shape(u.value) in lost_values
+        ):
+            count += 1
+    return count
+
+
+def _shape(node: ast.AST) -> str:
+    """The node's dump with every plain name made the same: code compared up to renaming."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            n.id = "_"
+        elif isinstance(n, ast.arg):
+            n.arg = "_"
+    return ast.dump(node)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,14 @@ from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
     class_statements_restored,
+    dropped_options,
     faithful_move,
     function_node,
     inline_version,
     kept_call_version,
     lost_text,
+    moved_statements,
+    narrowed_arguments,
     only_its_use,
     same_def,
     with_body,
@@ -224,20 +228,23 @@ def prefer_callee(
         (c for c in suspects if c is not h and not c.verified and c.score >= 0 and called_name(c, reach)),
         key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
-    dropped = dropped_inputs(before, after)
+    dropped = handed_on_less(repo, before, after, callees, reach)
     verified = first_callee_verified(repo, h, callees, before, after, repro, prober, touched_only, reach, dropped)
     if verified is not None:
         withdraw(h, verified, "drops or changes its call to" if called_name(verified, touched) else "calls")
         return verified
     broken = next((c for c in callees if breaks_contract(c)), None)
     if broken is not None:  # the callee computes wrongly from its own inputs: the edit only avoids it
-        withdraw(h, broken, "reaches")
-        return broken
+        # unless a helper the commit created under it, given its own caller's old inline code, removes
+        # the divergence: the contract sees the callee's output, the fault may sit in what it calls
+        deeper = isolated_helper(repo, h, suspects, repro, prober) if touched_only and not dropped else None
+        withdraw(h, deeper or broken, "reaches")
+        return deeper or broken
     use_only = [c for c in callees if use_only_changed(before, after, called_name(c, reach) or "")]
     # a helper the commit created first: a callee that existed before routes the same old code either way
     used = next((c for c in use_only if is_new(repo, c)), use_only[0] if use_only else None)
     if used is not None and dropped:  # the caller stopped reading an input: its own fault, not the helper's
-        h.evidence.append(f"its change stops reading its parameter {', '.join(dropped)}, so it keeps the credit")
+        h.evidence.append(f"its change stops handing on {', '.join(dropped)}, so it keeps the credit")
     elif touched_only and used is not None and is_new(repo, used):  # the restore takes its code off the path
         if credit_new_helper(repo, h, used, before, after, called_name(used, reach) or ""):
             return used
@@ -246,6 +253,12 @@ def prefer_callee(
         return deeper
     elif touched_only and not dropped and (kept := helper_kept(repo, h, callees, before, after, reach, repro, prober)):
         return kept
+    elif (
+        touched_only
+        and not dropped
+        and (new := rewritten_around(repo, h, callees, before, after, reach, repro, prober))
+    ):
+        return new
     for c in callees:
         if called_name(c, touched):
             h.evidence.append(f"its verifying edit changes its use of {c.function}, which does not verify on its own")
@@ -276,8 +289,12 @@ def first_callee_verified(
             return c
     for c in callees:
         # a function the commit created has no previous version: its template edits are its last
-        # counterfactual, unless the caller's restore changes nothing but its use (credited later)
+        # counterfactual, unless the caller's restore changes nothing but its use (credited later),
+        # or its body is the code the caller lost, moved unchanged: that code ran right before the
+        # commit, so an edit of it that removes the divergence only masks the caller's own change
         use_only = not dropped and use_only_changed(before, after, called_name(c, reach) or "")
+        if touched_only and is_new(repo, c) and moved_unchanged(repo, h, c, before, after, reach):
+            continue
         if not touched_only or (is_new(repo, c) and not use_only):
             verify_by_fixes(repo, [c], repro, prober, budget=FIX_PROBES_PER_FUNCTION)
             if c.verified:
@@ -307,6 +324,18 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     )
     mark_verified(used, "restore", how, h.verifying_diff)
     withdraw(h, used, "only changes its use of")
+    return True
+
+
+def moved_unchanged(repo: Path, h: Hypothesis, c: Hypothesis, before: str, after: str, reach: set[str]) -> bool:
+    """c's body, under what h now passes it, is code h's verifying restore puts back (a faithful
+    move); said in c's evidence once."""
+    name = called_name(c, reach) or ""
+    if not name or not faithful_move(function_source(repo, c) or "", before, after, name):
+        return False
+    note = f"its body is the code its caller {h.function} lost, moved unchanged: a faithful move"
+    if not any(e.startswith(note) for e in c.evidence):
+        c.evidence.append(note + " (no template edit tried on it: that code ran right before the commit)")
     return True
 
 
@@ -356,6 +385,104 @@ def helper_kept(
                 f"restored but for its use of {c.function} it agrees: its own other changes carry the divergence"
             )
     return None
+
+
+REFUTED_HELPER = (
+    "leaves the divergence: the caller's own change carries it",  # verify_inlined
+    "a faithful move",
+)
+
+
+CALLER_EDITS_TRIED = 8  # template edits of a caller's own new lines, its call of a new helper kept
+
+
+def rewritten_around(
+    repo: Path,
+    h: Hypothesis,
+    callees: list[Hypothesis],
+    before: str,
+    after: str,
+    reach: set[str],
+    repro: Reproduction,
+    prober: Prober,
+) -> Hypothesis | None:
+    """h's verifying restore takes off the path both h's rewrite and its call of a helper the same commit
+    created, and no counterfactual tried so far separates the two (the helper has no earlier version,
+    no template edit repairs it, h cannot be restored around its use of it). Where the helper is new
+    code (none of its statements is code h lost, names aside) and no template edit of h's own new lines,
+    the helper's call kept, removes the divergence either, the helper is the suspect: h's rewrite
+    re-expresses code that ran right before the commit, the helper's code ran nowhere before. h keeps
+    the credit where the helper is (mostly) code h lost, moved (h's change around it is what is new),
+    where a counterfactual put the divergence on h's own change, or where its own edit removes it."""
+    for c in callees:
+        name = called_name(c, reach) or ""
+        if c.commit != h.commit or not name or not is_new(repo, c) or name in {n for n, _ in call_names(after)}:
+            continue
+        said = [*c.evidence, *h.evidence]
+        if any(r in e for r in REFUTED_HELPER for e in c.evidence) or any(
+            f"restored but for its use of {c.function} it agrees" in e for e in said
+        ):
+            continue
+        if moved_statements(function_source(repo, c) or "", before, after):
+            c.evidence.append(f"part of its body is code its caller {h.function} lost, moved (names aside)")
+            continue
+        if own_edit_verifies(repo, h, before, after, repro, prober, name):
+            return None
+        lost = lost_text(before, after)
+        how = (
+            f"restoring its caller {h.function}, which {(c.commit or '')[:10]} rewrote around its call of "
+            f"{c.function} (lost: `{lost}`), removes the divergence; {c.function} is new code in that commit "
+            "(none of it is the lost code), and no edit of the caller's own new lines removes it: its new "
+            "code is the suspect"
+        )
+        mark_verified(c, "restore", how, h.verifying_diff)
+        withdraw(h, c, "is rewritten around its new callee")
+        return c
+    return None
+
+
+def own_edit_verifies(
+    repo: Path, h: Hypothesis, before: str, after: str, repro: Reproduction, prober: Prober, helper: str
+) -> bool:
+    """A template edit of one of the lines h's commit gave it (h as it is now, its calls kept) removes
+    the divergence: h's own new code carries it. The lines that name what h hands `helper` go first (a
+    value handed on wrong is the caller's commonest fault). Said in h's evidence either way."""
+    component = tapnames.component(repro.probe.first.tap) if repro.probe and repro.probe.first else None
+    added = {line.strip() for line in before.splitlines()} - {line.strip() for line in after.splitlines()}
+    handed = handed_names(before, helper)
+
+    def own_lines(text: str) -> list[tuple[str, str]]:
+        edits = [(d, new, _edited_line(text, new)) for d, new in fixes(text, component)]
+        mine = [(d, new, line) for d, new, line in edits if line in added]
+        mine.sort(key=lambda e: not (set(re.findall(r"\w+", e[2])) & handed))  # stable: template order kept
+        return [(d, new) for d, new, _ in mine]
+
+    outcome = try_edits(repo, h, repro, prober, own_lines, CALLER_EDITS_TRIED)
+    if outcome.verified:
+        h.evidence.append(
+            f"its own edit `{outcome.description}` (its calls kept) also removes the divergence: "
+            "its own new code carries it, so it keeps the credit"
+        )
+    elif outcome.probes:
+        h.evidence.append(f"{outcome.probes} template edit(s) of its own new lines leave the divergence")
+    return outcome.verified
+
+
+def handed_names(source: str, helper: str) -> set[str]:
+    """Plain names `source` hands `helper` as whole arguments (`helper(x, rows)`: x, rows)."""
+    fn = function_node(source)
+    short = helper.rsplit(".", 1)[-1]
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)] if fn is not None else []
+    named = [c for c in calls if getattr(c.func, "id", getattr(c.func, "attr", None)) == short]
+    return {a.id for c in named for a in [*c.args, *(k.value for k in c.keywords)] if isinstance(a, ast.Name)}
+
+
+def _edited_line(old: str, new: str) -> str:
+    """The first line of `old` that the edit to `new` changed, stripped."""
+    for a, b in zip(old.splitlines(), new.splitlines()):
+        if a != b:
+            return a.strip()
+    return ""
 
 
 def probe_version(repo: Path, h: Hypothesis, version: str, repro: Reproduction, prober: Prober) -> bool | None:
@@ -443,6 +570,19 @@ def is_new(repo: Path, h: Hypothesis) -> bool:
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def handed_on_less(repo: Path, before: str, after: str, callees: list[Hypothesis], reach: set[str]) -> list[str]:
+    """What the caller's change (after -> before) stops handing on, as evidence phrases: a parameter it no
+    longer reads, an option (a keyword argument) its lost code set that no code of it or of its callees
+    names now, a part of a value where its lost code handed on the whole (tools.hypotheses.moved)."""
+    helpers = [function_source(repo, c) or "" for c in callees]
+    out = [f"its parameter {p}" for p in dropped_inputs(before, after)]
+    out += [f"the option `{k}=`" for k in dropped_options(before, after, helpers)]
+    for c in callees:
+        whole = narrowed_arguments(before, after, called_name(c, reach) or "")
+        out += [f"all of `{a.partition('[')[0]}` (it hands {c.function} `{a}`)" for a in whole]
+    return out
 
 
 def dropped_inputs(before: str, after: str) -> list[str]:
@@ -620,6 +760,8 @@ def withdraw(caller: Hypothesis, callee: Hypothesis, relation: str) -> None:
     why = "which breaks its contract on its own inputs" if breaks_contract(callee) else "whose own edit removes it"
     if relation.startswith("only"):
         why = "so the restore takes the callee's code off the path"
+    if relation.startswith("is rewritten"):
+        why = "and the restore takes that callee's new code off the path with it"
     caller.evidence.insert(
         0,
         f"an edit of it removes the divergence, but it {relation} {callee.function}, {why}: "

@@ -111,11 +111,27 @@ def test_memo_guard_runs_a_remembered_value_s_guarded_work_every_time():
     assert proposals(plain, "memo-guard") == {}  # the body remembers nothing: no memo
 
 
+def test_prefix_rows_reads_the_rows_an_index_names_instead_of_as_many_first_rows():
+    src = (
+        "def history(st, rows):\n"
+        "    n = rows.numel()\n"
+        "    counts = st.counts[:n]\n"
+        "    return st.mask[: n] | (counts > 0), counts\n"
+    )
+    out = proposals(src, "prefix-rows")
+    assert list(out.values()) == [src.replace("[:n]", "[rows]").replace("[: n]", "[rows]")]  # both, as one slip
+    inline = proposals("def f(x, idx, k):\n    return x[: idx.shape[0]] + x[:k]\n", "prefix-rows")
+    assert list(out) and list(inline.values()) == ["def f(x, idx, k):\n    return x[idx] + x[:k]\n"]
+    assert proposals("def f(x, n):\n    return x[:n]\n", "prefix-rows") == {}  # a count, not an index's count
+    assert proposals("def f(x, rows):\n    return x[1 : len(rows)]\n", "prefix-rows") == {}  # not a prefix
+
+
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 def test_every_proposal_is_one_edit_that_parses(template):
     src = (
-        "    def forward(self, x, residual=None, eps: float = 1e-6):\n"
+        "    def forward(self, x, rows, residual=None, eps: float = 1e-6):\n"
         "        mask = pos[:, None] <= pos[None, :]\n"
+        "        h = self.h[: len(rows)]\n"
         "        s = torch.exp(x[: n - 1] - m)\n"
         "        total = x.sum()\n"
         "        rows = torch.arange(n) >> (self.g.bit_length() - 1)\n"

@@ -18,14 +18,17 @@ from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.moved import (
     backward_slice,
     changed_statements,
+    dropped_options,
     faithful_move,
     function_node,
     inline_version,
     kept_call_version,
+    moved_statements,
+    narrowed_arguments,
     only_its_use,
     same_def,
 )
-from tools.hypotheses.verify import passthrough_version, verify
+from tools.hypotheses.verify import handed_names, passthrough_version, verify
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
@@ -391,3 +394,111 @@ def test_kept_call_version_restores_all_but_the_lines_that_use_the_helper():
     assert kept_call_version(now, old, "g") is None  # no line uses it: nothing to keep
     other_target = now.replace("p = h(s, d)", "q = h(s, d)")
     assert kept_call_version(other_target, old, "h") is None  # it feeds another value
+
+
+# The commit rewrites the caller's whole body around a new helper: nothing of the old body is left for
+# the helper's call to stand in (no line to keep, no name bound to its result), so no counterfactual
+# separates the rewrite from the helper.
+REWRITTEN_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]: one chunk, the activation in a helper
+    gate, up = x.chunk(2, dim=-1)
+    return _act(gate) * {up}
+"""
+ACT_HELPER = """
+
+def _act(gate: torch.Tensor) -> torch.Tensor:
+    # [T, I] -> [T, I]
+    return {body}
+"""
+
+
+@slow
+def test_a_new_helper_its_caller_was_rewritten_around_takes_the_credit_when_nothing_separates_them(refactored):
+    """Regression (held-out B cases: the caller kept rank 1): the commit rewrites the caller's whole
+    body around a new helper and gets the helper wrong. Restoring the caller removes the divergence;
+    the helper has no earlier version, no template edit repairs it, and the caller cannot be restored
+    around its use of it. The helper's code is all new and the rewrite re-expresses code that ran right
+    before: the helper ranks first, the caller next, and the evidence says what was lost."""
+    ranked, caller, helper = refactored(
+        REWRITTEN_CALLER.format(up="up"), ACT_HELPER.format(body="F.gelu(gate)"), "_act"
+    )
+    assert ranked[0] is helper and helper.verified and helper.verified_by == "restore"
+    assert (
+        "rewrote around its call of _act" in helper.evidence[0] and "none of it is the lost code" in helper.evidence[0]
+    )
+    assert any("template edit(s) of its own new lines leave the divergence" in e for e in caller.evidence)
+    assert "+    out = F.silu(x[..., :d])" in helper.verifying_diff  # the caller's restore, shown
+    assert not caller.verified and "is rewritten around its new callee _act" in caller.evidence[0]
+    assert ranked[1] is caller
+
+
+@slow
+def test_a_faithfully_moved_helper_gets_no_template_edit_that_could_mask_its_caller_s_own_change(refactored):
+    """Regression (held-out C case: a swapped-arguments edit of the moved helper masked the caller's
+    fault and took the credit): the helper's body is the code the caller lost, moved unchanged, and the
+    caller's other change takes the wrong half as `up`. That code ran right before the commit, so the
+    helper gets no template edits: the restored caller keeps the credit."""
+    new_caller = USED_CALLER.format(use="up = x[..., :d]\n    return _activated(x[..., :d]).mul_(up)")
+    ranked, caller, helper = refactored(new_caller, ACTIVATED.format(body="F.silu(gate)"), "_activated")
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("moved unchanged" in e and "no template edit tried on it" in e for e in helper.evidence)
+    assert not helper.verified and not any("fix template" in e for e in helper.evidence)
+
+
+# The caller hands a helper made of its own old code (renamed) the right input but multiplies by the
+# wrong half itself.
+MOVED_RENAMED_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]: the gate's activation in a helper
+    h = x.shape[-1] // 2
+    up = x[..., :h]
+    return _act(x, h).mul_(up)
+"""
+RENAMED_HELPER = """
+
+def _act(t: torch.Tensor, n: int) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    y = F.silu(t[..., :n])
+    return y
+"""
+
+
+@slow
+def test_a_caller_rewritten_around_its_own_code_moved_into_a_helper_keeps_the_credit(refactored):
+    """The other side (a helper extracted from the caller, the caller at fault): the helper's statement
+    is code the caller lost, names aside, so it is not new code; the caller's rewrite around it carries
+    the divergence and the restored caller keeps the credit."""
+    ranked, caller, helper = refactored(MOVED_RENAMED_CALLER, RENAMED_HELPER, "_act")
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("part of its body is code its caller silu_and_mul lost" in e for e in helper.evidence)
+    assert not helper.verified
+
+
+def test_moved_statements_counts_the_helper_s_lost_code_up_to_renaming():
+    old = "def f(x):\n    d = x.shape[-1] // 2\n    out = F.silu(x[..., :d])\n    return out.mul_(x[..., d:])\n"
+    now = "def f(x):\n    h = x.shape[-1] // 2\n    return g(x, h).mul_(x[..., h:])\n"
+    assert moved_statements("def g(t, n):\n    y = F.silu(t[..., :n])\n    return y\n", now, old) == 1
+    assert moved_statements("def g(t, n):\n    return F.silu(t[..., :n])\n", now, old) == 1  # a lost value
+    assert moved_statements("def g(t, n):\n    return F.gelu(t[..., :n])\n", now, old) == 0  # new code
+    assert moved_statements("not python", now, old) == 0
+
+
+def test_what_a_caller_stops_handing_on_an_option_or_all_of_a_value():
+    old = "def decode(self, ids):\n    return self._tok.decode(ids, skip_special_tokens=True)\n"
+    now = "def decode(self, ids):\n    return self._tok.join([self.piece(i) for i in ids])\n"
+    assert dropped_options(now, old, ["def piece(self, i):\n    return self._tok.id_to_token(i)\n"]) == [
+        "skip_special_tokens"
+    ]
+    assert dropped_options(now, old, ["def piece(self, i, skip_special_tokens=True):\n    pass\n"]) == []
+    old_update = "def update(self, seq):\n    seq.text += step(self.decode, seq.ids, seq.offset)\n"
+    new_update = (
+        "def update(self, seq):\n    seq.pieces += self.pieces(seq.ids[-1:])\n    seq.text += join(seq.pieces)\n"
+    )
+    assert narrowed_arguments(new_update, old_update, "pieces") == ["seq.ids[-1:]"]
+    assert narrowed_arguments(new_update.replace("seq.ids[-1:]", "seq.ids"), old_update, "pieces") == []
+    assert narrowed_arguments(new_update, old_update, "join") == []
+
+
+def test_handed_names_are_the_plain_names_a_caller_gives_the_helper():
+    src = "def f(self, b):\n    rows = g(b)\n    return self.h([i for i in b], rows, k=b)\n"
+    assert handed_names(src, "Cls.h") == {"rows", "b"}
+    assert handed_names(src, "g") == {"b"} and handed_names(src, "other") == set()
