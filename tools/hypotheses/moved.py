@@ -58,6 +58,24 @@ def same_def(a: str, b: str) -> bool:
     return [_key(st) for st in _code(fa)] == [_key(st) for st in _code(fb)]
 
 
+def same_def_renamed(a: str, b: str) -> bool:
+    """same_def once a's parameters take b's names, position by position (`self` / `cls` aside): a
+    function moved unchanged whose parameters were renamed on the way."""
+    fa, fb = function_node(a), function_node(b)
+    if fa is None or fb is None:
+        return False
+    pa, pb = _positional(fa), _positional(fb)
+    if len(pa) != len(pb):
+        return False
+    names: dict[str, ast.expr] = {x: ast.Name(y, ast.Load()) for x, y in zip(pa, pb) if x != y}
+    return [_key(_substituted(st, names)) for st in _code(fa)] == [_key(st) for st in _code(fb)]
+
+
+def _positional(fn: Function) -> list[str]:
+    params = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    return params[1:] if params[:1] in (["self"], ["cls"]) else params
+
+
 # ---- a caller's change read statement by statement -------------------------------------------------
 #
 # A statement is compared without its place: a compound statement contributes its header (an `if`

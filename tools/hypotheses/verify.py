@@ -34,6 +34,7 @@ from tools.hypotheses.moved import (
     narrowed_arguments,
     only_its_use,
     same_def,
+    same_def_renamed,
     with_body,
 )
 from tools.hypotheses.rank import WEIGHTS, rank
@@ -308,6 +309,14 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     is that lost code moved unchanged (then h's remaining change carries the divergence and h keeps
     the credit), the credit goes to `used`. Returns whether it did."""
     commit = (used.commit or "")[:10]
+    moved = moved_callee(repo, used, after)
+    if moved:
+        note = f"its body is {moved}'s, which its caller {h.function} called before {commit}, moved unchanged"
+        h.evidence.append(
+            f"its verifying restore changes only its use of {used.function}, but {note}: its own change carries the divergence"
+        )
+        used.evidence.append(note + ": that code ran before the commit")
+        return False
     if faithful_move(function_source(repo, used) or "", before, after, name):
         h.evidence.append(
             f"its verifying restore changes only its use of {used.function}, but {used.function}'s body is "
@@ -325,6 +334,25 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     mark_verified(used, "restore", how, h.verifying_diff)
     withdraw(h, used, "only changes its use of")
     return True
+
+
+def moved_callee(repo: Path, c: Hypothesis, caller_old: str) -> str | None:
+    """c, a function its commit created, has the body (docstrings, annotations and parameter names aside) of a function
+    that the caller's old version `caller_old` called, as it stood before that commit: the commit moved or
+    renamed that function unchanged, so c's code is not new, it ran on the caller's path before the
+    commit, and what changed is how the caller uses it. That function's qualname, or None."""
+    called = {n for n, _ in call_names(caller_old)}
+    src = function_source(repo, c) if c.commit and called else None
+    if not src:
+        return None
+    try:
+        old = open_index(repo, commit=f"{c.commit}^", include_tests=False)
+    except GitError:
+        return None
+    for s in old.symbols:
+        if s.name in called and s.kind != "class" and s.language == "python" and same_def_renamed(old.read(s), src):
+            return s.qualname
+    return None
 
 
 def moved_unchanged(repo: Path, h: Hypothesis, c: Hypothesis, before: str, after: str, reach: set[str]) -> bool:
@@ -425,6 +453,10 @@ def rewritten_around(
             continue
         if moved_statements(function_source(repo, c) or "", before, after):
             c.evidence.append(f"part of its body is code its caller {h.function} lost, moved (names aside)")
+            continue
+        moved = moved_callee(repo, c, after)
+        if moved:
+            c.evidence.append(f"its body is {moved}'s, which its caller {h.function} called before, moved unchanged")
             continue
         if own_edit_verifies(repo, h, before, after, repro, prober, name):
             return None

@@ -27,6 +27,7 @@ from tools.hypotheses.moved import (
     narrowed_arguments,
     only_its_use,
     same_def,
+    same_def_renamed,
 )
 from tools.hypotheses.verify import handed_names, passthrough_version, verify
 from tools.probe.prober import Prober
@@ -502,3 +503,57 @@ def test_handed_names_are_the_plain_names_a_caller_gives_the_helper():
     src = "def f(self, b):\n    rows = g(b)\n    return self.h([i for i in b], rows, k=b)\n"
     assert handed_names(src, "Cls.h") == {"rows", "b"}
     assert handed_names(src, "g") == {"b"} and handed_names(src, "other") == set()
+
+
+# The caller called an existing helper; the commit adds a copy of it under a new name and parameter
+# names (the old one stays for other callers) and switches the caller over, getting the call wrong.
+WITH_GATE_ACT = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    d = x.shape[-1] // 2
+    {use}
+
+
+def _gate_act(x: torch.Tensor, d: int) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    return F.silu(x[..., :d])
+"""
+COPIED_HELPER = """
+
+def _silu_half(t: torch.Tensor, n: int) -> torch.Tensor:
+    \"\"\"The gate half's activation.\"\"\"
+    # [T, 2I] -> [T, I]
+    return F.silu(t[..., :n])
+"""
+CALLS_COPY = {
+    "use only": "out = _silu_half(0.5 * x, d)\n    return out.mul_(x[..., d:])",
+    "rewritten": "up = 0.5 * x[..., d:]\n    return _silu_half(x, d).mul_(up)",
+}
+
+
+@slow
+@pytest.mark.parametrize("change", list(CALLS_COPY))
+def test_a_new_helper_that_is_a_function_its_caller_called_before_moved_unchanged_leaves_the_caller_the_credit(
+    refactored, change
+):
+    """Regression (fourth held-out set, callers of a moved helper at rank 2): the helper the commit
+    created is, parameter names aside, a function the caller called before the commit, so its code is
+    not new: it ran on the caller's path. What the restore takes off the path is the caller's new use
+    of it; the caller keeps the credit whether its change is only that use or a rewrite around it."""
+    before = WITH_GATE_ACT.format(use="out = _gate_act(x, d)\n    return out.mul_(x[..., d:])")
+    new_caller = WITH_GATE_ACT.format(use=CALLS_COPY[change])
+    ranked, caller, helper = refactored(new_caller, COPIED_HELPER, "_silu_half", before=before)
+    assert ranked[0] is caller and caller.verified and caller.verified_by == "restore"
+    assert any("_gate_act's, which its caller silu_and_mul called before" in e for e in helper.evidence)
+    assert not helper.verified
+
+
+def test_same_def_renamed_takes_a_function_moved_with_its_parameters_renamed():
+    old = (
+        "def _softcap(scores, softcap):\n    return scores if not softcap else torch.tanh(scores / softcap) * softcap\n"
+    )
+    renamed = "def soft_cap(x: T, cap) -> T:\n    # c\n    return x if not cap else torch.tanh(x / cap) * cap\n"
+    swapped = "def soft_cap(x, cap):\n    return x if not cap else torch.tanh(cap / x) * cap\n"
+    method = "    @staticmethod\n    def apply(self, logits, p):\n        return logits * p\n"
+    assert same_def_renamed(old, renamed) and not same_def_renamed(old, swapped)
+    assert same_def_renamed(method, "def f(l, q):\n    return l * q\n")
+    assert not same_def_renamed(method, "def f(l, q, r):\n    return l * q\n")
