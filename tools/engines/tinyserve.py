@@ -120,8 +120,8 @@ TRIGGER_AXES = (
         ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
         alone=True,
     ),
-    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (a long prompt and
-    # its decode take 6), the staggered requests together do not, so requests wait, get preempted and
+    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (the long prompt and
+    # its decode take all 8), the staggered requests together do not, so requests wait, get preempted and
     # recomputed, and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit.
     TriggerAxis(
         "kv_pool",
