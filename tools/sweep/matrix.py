@@ -58,8 +58,11 @@ GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_pena
 # incremental detokenization meets characters split across tokens.
 MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
 # Sampled, not greedy: a tiny random model decoding greedily loops on a few pieces; sampling at
-# temperature 1 visits many, among them tokens that end inside a character and the ones finishing it.
-TEXT_SAMPLING = {"temperature": 1.0, "seed": 2}
+# temperature 1 visits many. Its near-uniform distribution makes the draw the seed's (the same ids on
+# every arch at the preset scale), so the seed is one whose 16 ids hold the detokenizer's edge cases:
+# a special id (skipped in text, as ignore_eos runs meet them), a piece that completes text and then
+# starts a character, pieces ending inside a character (picked on the clean engine by those counts).
+TEXT_SAMPLING = {"temperature": 1.0, "seed": 26}
 
 
 class MatrixError(BadInput):
@@ -71,14 +74,14 @@ def _staggered(window: int | None) -> list[dict]:
     cache hit) and decodes on after the first has finished (shared blocks outlive their first
     owner while new requests take blocks); the third starts with a 16-token block of the first's prompt at another position
     (the same block content where the cache must not match: a block's identity includes what
-    precedes it); the fourth is text with multi-byte characters, sampled on for 12 tokens; the last
+    precedes it); the fourth is text with multi-byte characters, sampled on for 16 tokens; the last
     extends the first's prompt after the first has finished (a chat's next turn: a hit on freed
     blocks, or, in a small pool, on blocks evicted and reused meanwhile)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
         {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 10, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
-        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 12, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
+        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 16, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13, 15, 17], "max_tokens": 3, "arrival_step": 8},
     ]
 
