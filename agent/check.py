@@ -50,7 +50,9 @@ def declared_axes(spec: EngineSpec, source: Path | None):
 
     caps = engine_capabilities(spec.engine, source)
     features = {axis.name: Feature(dict(axis.options), axis.alone) for axis in caps.trigger_axes}
-    variants = {axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs)) for axis in caps.config_axes}
+    variants = {
+        axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options)) for axis in caps.config_axes
+    }
     return features, variants, caps.canonical_options
 
 

@@ -1,7 +1,7 @@
 """Does the default sweep catch each benchmark case's bug? `python -m benchmark.check_cases [ids or patterns]`.
 
-For every case: build its repo, check out its bug alone (the culprit commit cherry-picked onto
-`base`; the base itself for a bug at base; the first bad release for a release history), and run
+For every case: build its repo, check out its bug alone (the culprit commit, whose history
+holds no other bug; the base itself for a bug at base; the first bad release for a release history), and run
 `agent.check --fail-fast --no-diagnose` with the default matrix (or --matrix) against that tree.
 A case is caught when some cell fails. `--order repro` (the default) runs first the default cells
 nearest the case's reported scenario (its repro.toml, as an issue gives it: arch, dtype, options,
@@ -35,27 +35,23 @@ from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import Case, load_cases, load_truth
 from tools.engines.runner import EngineRunError
 from tools.errors import EPILOG, BadInput, run_cli, writable_dir
-from tools.history.gitrepo import GitError
 
 
 def bug_alone(case: Case, repo: Path, tree: Path) -> str:
-    """Check out the case's bug without the rest of its history into `tree`; says how."""
+    """Check out the case's bug as its only one into `tree`; says how. The culprit commit itself:
+    every commit before it is good (benchmark.validate proves the truth commit the first bad one),
+    while the culprit cherry-picked onto the base can leave the bug inert when it relies on an
+    earlier commit's code (a detokenizer change that breaks only once another commit batches its
+    updates)."""
     truth = load_truth(case)
     if truth.commit is None:
         git(repo, "worktree", "add", "-q", "--detach", str(tree), "base")
         return "base (bug at base)"
     sha = read_commit_map(repo)["patches"][truth.commit]["sha"]
-    if case.releases is not None:
-        git(repo, "worktree", "add", "-q", "--detach", str(tree), sha)
-        return f"first bad release {truth.commit}"
-    git(repo, "worktree", "add", "-q", "--detach", str(tree), "base")
-    try:
-        git(tree, "cherry-pick", "--no-edit", sha, identity="diffdx check <check@diffdx.local>")
-        return "culprit alone on base"
-    except GitError:  # the culprit needs an earlier commit: sweep the culprit commit itself
-        git(tree, "cherry-pick", "--abort")
-        git(tree, "checkout", "-q", "--detach", sha)
-        return "culprit commit (with the history before it)"
+    git(repo, "worktree", "add", "-q", "--detach", str(tree), sha)
+    return (
+        f"first bad release {truth.commit}" if case.releases is not None else "culprit commit (good history before it)"
+    )
 
 
 def sweep_case(case: Case, out: Path, args, prober) -> dict:

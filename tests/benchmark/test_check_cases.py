@@ -40,7 +40,7 @@ def test_a_bug_alone_fails_a_cell_and_a_matrix_without_its_trigger_misses_it(tmp
     (a,) = json.loads((tmp_path / "a" / "check_cases.json").read_text())
     (b,) = json.loads((tmp_path / "b" / "check_cases.json").read_text())
     assert a["caught_by"] == "llama-float32-prefix_caching-staggered" and a["cells_run"] == 1
-    assert a["tree"] == "culprit alone on base" and a["first_tap"]
+    assert a["tree"] == "culprit commit (good history before it)" and a["first_tap"]
     assert b["caught_by"] is None and b["cells_run"] == 1
     printed = capsys.readouterr().out
     assert "caught 1/1" in printed and "caught 0/1" in printed and "MISSED" in printed

@@ -12,6 +12,8 @@ from tools.sweep.group import CellResult, any_layer, group_cells, minimize, redu
 from tools.sweep.matrix import (
     AXES,
     PAIRED_AXES,
+    TARGET_DTYPES,
+    WORKLOADS,
     Cell,
     ConfigVariant,
     Feature,
@@ -122,7 +124,7 @@ def test_cells_nearest_a_reported_scenario_run_first_and_ties_keep_the_covering_
     assert options_of(prefix[0], FEATURES).get("enable_prefix_caching") and prefix[0].arch == "llama"
     sampled = nearest_first(cells, _report({"arch": "mistral"}, sampled=True), FEATURES, VARIANTS)
     assert sampled[0].workload in ("sampled", "long") and sampled[0].arch == "mistral"
-    same = [c for c in rope if c.arch == "llama" and c.dtype == "bfloat16" and c.config == "preset"]
+    same = [c for c in rope if (c.arch, c.dtype, c.config, c.workload) == ("llama", "bfloat16", "preset", "long")]
     assert same == [c for c in cells if c in same]  # ties keep the covering order
 
 
@@ -301,3 +303,35 @@ def test_junit_is_read_by_a_real_consumer(tmp_path):
     }
     md = markdown_summary(results, group_cells(results), {}, "tinyserve", 10.0)
     assert "1 diverge, 1 errored, 1 not run" in md and "mistral-float16-all-sampled" in md
+
+
+def test_config_variant_options_and_arch_keys_reach_the_scenario():
+    variants = {
+        "v": ConfigVariant(
+            {"rms_norm_eps": 1e-5, "config_json": {"a": 1}, "by_arch": {"gemma2": {"config_json": {"b": 2}}}}
+        ),
+        "w": ConfigVariant({}, options={"max_model_len": 2048}),
+    }
+    spec = EngineSpec("tinyserve", "float32", {"block_size": 8})
+    gemma = scenario_of(Cell("gemma2", "float32", "none", "long", "v"), spec, {}, None, variants)
+    llama = scenario_of(Cell("llama", "float32", "none", "long", "v"), spec, {}, None, variants)
+    assert gemma.model["config_json"] == {"a": 1, "b": 2} and llama.model["config_json"] == {"a": 1}
+    assert "by_arch" not in gemma.model and gemma.model["rms_norm_eps"] == 1e-5
+    served = scenario_of(Cell("llama", "float32", "none", "long", "w"), spec, {}, None, variants)
+    assert served.target.options == {"max_model_len": 2048, "block_size": 8}
+    assert "max_model_len" not in llama.target.options
+
+
+def test_each_config_variant_meets_every_dtype_and_workload_together():
+    cells = default_matrix(FEATURES, VARIANTS).cells(VARIANTS)
+    for config in VARIANTS:
+        met = {(c.dtype, c.workload) for c in cells if c.config == config}
+        assert met == set(itertools.product(TARGET_DTYPES, WORKLOADS)), config
+
+
+def test_long_workload_batches_two_windowed_rows_of_different_lengths_within_eight_blocks():
+    for window in (None, 32, 20):
+        lengths = [len(r["prompt_ids"]) for r in WORKLOADS["long"](window)]
+        past = [n for n in lengths if n > (window or 36)]
+        assert len(set(past)) == 2 and min(lengths) < 16
+        assert max(lengths) + 10 <= 8 * 16  # the long request and its decode fit the small pool

@@ -40,7 +40,7 @@ class Capabilities:
     replace: tuple[str, ...] = ()  # tap-name patterns where reference rows can be injected (RunJob.replace)
     trigger_axes: tuple[TriggerAxis, ...] = ()  # features the trigger search may switch on, cheapest first
     # checkpoint config variants the engine reads (rope scaling types, keys left to defaults, ...):
-    # the sweep's model-config axis (tools.sweep.matrix); options stay empty
+    # the sweep's model-config axis (tools.sweep.matrix); options: engine options such a deployment sets, if any
     config_axes: tuple[TriggerAxis, ...] = ()
     option_aliases: dict = field(default_factory=dict)  # alias -> the option name the engine takes
     package: str = ""  # the importable package a --target-source root must hold ("": none checked)

@@ -120,8 +120,8 @@ TRIGGER_AXES = (
         ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
         alone=True,
     ),
-    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (a long prompt and
-    # its decode take 6), the staggered requests together do not, so requests wait, get preempted and
+    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (the long prompt and
+    # its decode take all 8), the staggered requests together do not, so requests wait, get preempted and
     # recomputed, and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit.
     TriggerAxis(
         "kv_pool",
@@ -161,10 +161,12 @@ CONFIG_AXES = (
             "config_json": {"rope_theta": 10000.0, "rope_scaling": {"type": "linear", "factor": 2.0}},
         },
     ),
+    # served as it is meant to be: max_model_len at twice max_position_embeddings (the context the
+    # scaling exists for), prompts within the pretraining length, where it must be plain rope
     TriggerAxis(
         "rope_dynamic",
-        {},
-        "dynamic NTK rope scaling, factor 2, prompts within the pretraining length",
+        {"max_model_len": 2048},
+        "dynamic NTK rope scaling, factor 2, max_model_len twice the pretraining length, prompts within it",
         "dynamic NTK rope scaling",
         ("dynamic", "ntk"),
         model={
@@ -209,7 +211,8 @@ CONFIG_AXES = (
     TriggerAxis(
         "legacy_keys",
         {},
-        "a transformers-4 config: rms_norm_eps 1e-5, top-level rope_theta 1e6, no layer_types",
+        "a transformers-4 config: rms_norm_eps 1e-5, top-level rope_theta 1e6, no layer_types; gemma2 with the"
+        " legacy hidden_act 'gelu' beside hidden_activation",
         "legacy config keys",
         ("legacy", "older config", "rms_norm_eps", "eps"),
         model={
@@ -217,6 +220,10 @@ CONFIG_AXES = (
             "omit_keys": (*_LEGACY_ROPE, "layer_types"),
             # Qwen2's theta, not the reader's default: a reader that drops a top-level theta shows
             "config_json": {"rope_theta": 1000000.0},
+            # Gemma exports carry the Gemma 1 `hidden_act` ("gelu", exact) next to `hidden_activation`
+            # (tanh approximation), which transformers reads: a reader taking the old key shows once MLP
+            # inputs are of order 1 (at the tiny models' init 0.02 both gelus agree to rounding)
+            "by_arch": {"gemma2": {"initializer_range": 0.2, "config_json": {"hidden_act": "gelu"}}},
         },
     ),
     TriggerAxis(
@@ -268,6 +275,16 @@ CONFIG_AXES = (
             "head_dim": 32,
             "rope_theta": 1000000.0,
         },
+    ),
+    # the tiny models' init 0.02 leaves attention nearly uniform and activations near 0, where errors
+    # in rope angles, softmax or activation approximations barely move the output; trained weights do not
+    TriggerAxis(
+        "trained_scale",
+        {},
+        "weights at a trained model's scale (init range 0.2): peaked attention, activations of order 1",
+        "trained-scale weights",
+        ("precision", "longer prompts", "position", "activation"),
+        model={"initializer_range": 0.2},
     ),
     TriggerAxis(
         "window_20",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import random
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tools.errors import BadInput
@@ -31,11 +31,19 @@ from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS
 from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict
 
 AXES = ("arch", "dtype", "features", "workload", "config")
-PAIRED_AXES = ("config",)  # crossed with every other axis in pairs only, never in triples
+PAIRED_AXES = ("config",)
+CONFIG_TRIPLE = (
+    "dtype",
+    "workload",
+)  # besides pairs, every config variant meets these two axes' values together  # crossed with every other axis in pairs only, never in triples
 PRESET = "preset"  # the config axis's value for the tiny preset as transformers 5 writes it
 DEFAULT_STRENGTH = 3  # every triple of values of three axes is in some cell: a third of the full product
 TARGET_DTYPES = tuple(d for d in DTYPES if d != "float64")  # a float64 target is the reference itself
 SHARED_PREFIX = list(range(40, 76))  # 36 tokens: crosses 16-token blocks, shared by later requests
+SHARED_PREFIX_LEN = len(SHARED_PREFIX)
+# the long workload's prompt: 7 blocks of 16 (8 with its decode, what a small KV pool holds), rope angles
+# past 100 rad at its last positions
+LONG_PROMPT = 112
 # Config values of the sweep's tiny models where the preset lets two fields coincide that real
 # checkpoints keep apart (gemma2-27b: query_pre_attn_scalar 144, head_dim 128): a code path that
 # reads the one for the other is then wrong by a visible factor.
@@ -53,8 +61,11 @@ GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_pena
 # incremental detokenization meets characters split across tokens.
 MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
 # Sampled, not greedy: a tiny random model decoding greedily loops on a few pieces; sampling at
-# temperature 1 visits many, among them tokens that end inside a character and the ones finishing it.
-TEXT_SAMPLING = {"temperature": 1.0, "seed": 2}
+# temperature 1 visits many. Its near-uniform distribution makes the draw the seed's (the same ids on
+# every arch at the preset scale), so the seed is one whose 16 ids hold the detokenizer's edge cases:
+# a special id (skipped in text, as ignore_eos runs meet them), a piece that completes text and then
+# starts a character, pieces ending inside a character (picked on the clean engine by those counts).
+TEXT_SAMPLING = {"temperature": 1.0, "seed": 26}
 
 
 class MatrixError(BadInput):
@@ -66,25 +77,29 @@ def _staggered(window: int | None) -> list[dict]:
     cache hit) and decodes on after the first has finished (shared blocks outlive their first
     owner while new requests take blocks); the third starts with a 16-token block of the first's prompt at another position
     (the same block content where the cache must not match: a block's identity includes what
-    precedes it); the fourth is text with multi-byte characters, sampled on for 12 tokens; the last
+    precedes it); the fourth is text with multi-byte characters, sampled on for 16 tokens; the last
     extends the first's prompt after the first has finished (a chat's next turn: a hit on freed
     blocks, or, in a small pool, on blocks evicted and reused meanwhile)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
         {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 10, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
-        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 12, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
+        {"prompt": MULTI_BYTE_TEXT, "max_tokens": 16, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13, 15, 17], "max_tokens": 3, "arrival_step": 8},
     ]
 
 
 def _long(window: int | None) -> list[dict]:
-    """A prompt past the sliding window (when the arch has one) and several KV blocks, decoded on
-    in the same steps as a short request: rows of very different context lengths in one batch."""
-    length = max(72, (window or 0) + 24)
+    """A prompt past the sliding window (when the arch has one) and several KV blocks, at positions
+    where rope angles reach 100+ radians (an error in the rotary frequencies grows with the
+    position), decoded on in the same steps as a shorter one also past the window and a short
+    request: rows of very different context lengths in one batch, two of them windowed."""
+    length = max(LONG_PROMPT, (window or 0) + 24)
+    middle = (window or SHARED_PREFIX_LEN) + 20
     return [
         {"prompt_ids": [(17 * i + 5) % 480 + 3 for i in range(length)], "max_tokens": 10},
         {"prompt_ids": [(29 * i + 11) % 480 + 3 for i in range(9)], "max_tokens": 10},
+        {"prompt_ids": [(41 * i + 7) % 480 + 3 for i in range(middle)], "max_tokens": 6},
     ]
 
 
@@ -135,13 +150,24 @@ class Feature:
 @dataclass(frozen=True)
 class ConfigVariant:
     """A checkpoint config variant the engine's adapter declares (its config axis): the [model]
-    keys the checkpoint factory writes it with, and the archs whose checkpoints ship it (() = all)."""
+    keys the checkpoint factory writes it with, the archs whose checkpoints ship it (() = all), and
+    engine options a deployment of such a checkpoint sets (a context past max_position_embeddings
+    for a rope scaling made for it)."""
 
     model: dict
     archs: tuple[str, ...] = ()
+    options: dict = field(default_factory=dict)
 
     def fits(self, arch: str) -> bool:
         return not self.archs or arch in self.archs
+
+    def model_for(self, arch: str) -> dict:
+        """The [model] keys for a checkpoint of `arch`: the variant's, with its `by_arch` entry for
+        that arch over them (a key only one arch's exports carry, e.g. gemma2's legacy hidden_act)."""
+        keys = {k: v for k, v in self.model.items() if k != "by_arch"}
+        extra = self.model.get("by_arch", {}).get(arch, {})
+        config_json = {**keys.get("config_json", {}), **extra.get("config_json", {})}
+        return {**keys, **extra, **({"config_json": config_json} if config_json else {})}
 
 
 @dataclass(frozen=True)
@@ -251,18 +277,14 @@ def scenario_of(
     for r in requests:
         r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
     variant = (variants or {}).get(cell.config)
-    model = {
-        "arch": cell.arch,
-        **BASE_MODEL,
-        **MODEL_OVERRIDES.get(cell.arch, {}),
-        **(variant.model if variant else {}),
-    }
+    keys = variant.model_for(cell.arch) if variant else {}
+    model = {"arch": cell.arch, **BASE_MODEL, **MODEL_OVERRIDES.get(cell.arch, {}), **keys}
     data = {
         "model": model,
         "target": {
             "engine": target.engine,
             "dtype": cell.dtype,
-            "options": {**target.options, **options_of(cell, declared)},
+            "options": {**(variant.options if variant else {}), **target.options, **options_of(cell, declared)},
         },
         "workload": {"requests": requests},
     }
@@ -285,18 +307,20 @@ def with_configs(cells: list[Cell], configs: tuple[str, ...], fits) -> list[Cell
         met |= _config_pairs(best, others)
         out.append(best)
     for config in configs:
-        for axis in others:
-            for cell in cells:
-                pair = (config, axis, cell.axis(axis))
-                if pair not in met and fits(config, cell.arch):
-                    extra = replace(cell, config=config)
-                    met |= _config_pairs(extra, others)
-                    out.append(extra)
+        for cell in cells:
+            if fits(config, cell.arch) and _config_pairs(replace(cell, config=config), others) - met:
+                extra = replace(cell, config=config)
+                met |= _config_pairs(extra, others)
+                out.append(extra)
     return out
 
 
 def _config_pairs(cell: Cell, others: list[str]) -> set:
-    return {(cell.config, a, cell.axis(a)) for a in others}
+    """What a cell's config variant meets: each value of each other axis, and the dtype and the
+    workload together (a variant's bug may need a precision and a prompt shape: rope frequencies
+    rounded to bfloat16 show only at a long prompt's positions)."""
+    together = tuple(cell.axis(a) for a in CONFIG_TRIPLE)
+    return {(cell.config, a, cell.axis(a)) for a in others} | {(cell.config, CONFIG_TRIPLE, together)}
 
 
 def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:
@@ -364,7 +388,7 @@ def closeness(cell: Cell, report: Scenario, declared: dict[str, Feature], varian
     score += shared - int(cell.features != "none" and not shared)
     score += int(cell.workload in workload_shapes(report))
     variant = (variants or {}).get(cell.config)
-    config = config_closeness(variant.model, report.model) if variant else 0
+    config = config_closeness(variant.model_for(cell.arch), report.model) if variant else 0
     return score + (config if config or not variant else -1)
 
 
