@@ -47,7 +47,8 @@ def test_the_text_request_splits_characters_across_tokens_and_its_text_agrees():
     ids = result.target.outputs[text].output_ids
     pieces = sum(tokenizer.decode([i]).count(REPLACEMENT) for i in ids)
     assert pieces > tokenizer.decode(ids).count(REPLACEMENT)  # some token ends inside a character another ends
-    assert result.target.outputs[text].text == tokenizer.decode(ids)
+    assert any(i in tokenizer.all_special_ids for i in ids)  # the draw holds a special id, which the text leaves out
+    assert result.target.outputs[text].text == tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def test_per_request_sampling_in_one_batch_agrees():
