@@ -27,6 +27,14 @@ if TYPE_CHECKING:  # the engine modules import torch: loaded only when a check n
 def model_config(model: dict) -> dict:
     """[model] table -> the config keys the checkpoint has (or will have), without building it."""
     if "path" in model:
+        from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
+
+        factory_only = sorted(k for k in model if k in FILE_KEYS + WEIGHT_KEYS)
+        if factory_only:  # they shape a seeded checkpoint; an existing one would silently ignore them
+            raise BadInput(
+                f"[model] {', '.join(factory_only)} only shape(s) a seeded checkpoint, but model.path names an "
+                "existing one: drop them, or drop path and give arch"
+            )
         config = Path(model["path"]).expanduser() / "config.json"
         try:
             return json.loads(config.read_text())

@@ -65,6 +65,13 @@ def test_model_path_without_config(tmp_path):
         preflight(sc)
 
 
+def test_factory_keys_beside_a_model_path_are_refused_not_ignored(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    sc = loads(SCENARIO.replace('arch = "llama"', f'path = "{Path(tmp_path)}"\nperturb_init = true'))
+    with pytest.raises(BadInput, match="perturb_init only shape"):
+        preflight(sc)
+
+
 def test_dynamic_ntk_past_the_limit_is_refused_with_the_reason():
     """Found while checking a dropped hard case: past max_position_embeddings with dynamic NTK RoPE,
     bug-free tinyserve parts from the teacher-forced reference at layers.0.attn.q_rot (ratio 1.1e4):
