@@ -37,6 +37,7 @@ SPLIT_ORDER = (
     "test5",
     "test6",
     "test7",
+    "test8",
     "heldout",
     "fresh",
     "fresh2",
