@@ -263,23 +263,26 @@ def prefill_capped_mask() -> HardCase:
 
 def gemma_sandwich_fused() -> HardCase:
     bug = Commit(
-        "gemma2: fuse the post-attention residual add into the norm\n\nThe attention output now goes through the "
-        "fused add + RMSNorm kernel, as in\nthe llama layer, which saves one elementwise pass per layer; the "
-        "layer's\nconstructor and the causal LM's docstrings say which norm is which.",
+        "gemma2: norms from the shared layer classes\n\nThe decoder layer builds its four sandwich norms from the "
+        "layernorm module's\nclasses like the llama layer does; the forward pass and the causal LM's\nbuilder "
+        "document which norm is which.",
         INGA,
         [
             (
                 GEMMA,
-                "        hidden = self.post_attention_layernorm(self.self_attn(positions, hidden))\n"
-                "        hidden, residual = self.pre_feedforward_layernorm(hidden, residual)\n",
-                "        hidden, residual = self.post_attention_layernorm(self.self_attn(positions, hidden), residual)\n"
-                "        hidden = self.pre_feedforward_layernorm(hidden)\n",
+                "from tinyserve.layers.layernorm import GemmaRMSNorm\n",
+                "from tinyserve.layers.layernorm import GemmaRMSNorm, RMSNorm\n",
             ),
             (
                 GEMMA,
-                "        hs, eps = cfg.hidden_size, cfg.rms_norm_eps\n",
-                "        # sandwich norms: one before and one after each of attention and the MLP\n"
-                "        hs, eps = cfg.hidden_size, cfg.rms_norm_eps\n",
+                "        self.post_feedforward_layernorm = GemmaRMSNorm(hs, eps, kernels)\n",
+                "        self.post_feedforward_layernorm = RMSNorm(hs, eps, kernels)\n",
+            ),
+            (
+                GEMMA,
+                "        hidden = self.post_attention_layernorm(self.self_attn(positions, hidden))\n",
+                "        # sandwich: normalise the attention output before it joins the residual stream\n"
+                "        hidden = self.post_attention_layernorm(self.self_attn(positions, hidden))\n",
             ),
             (
                 GEMMA,
@@ -299,11 +302,11 @@ def gemma_sandwich_fused() -> HardCase:
         repro_toml(model, target(), [greedy(16, 2602, 8), greedy(9, 2702, 8)], good_ref="v0.2.0"),
         (
             GEMMA,
-            "Gemma2DecoderLayer.forward",
+            "Gemma2DecoderLayer.__init__",
             "gemma2",
-            "the post-attention norm now runs as a fused add + norm: the residual stream receives the raw "
-            "attention output instead of its post-attention-normalised value, and the pre-feedforward norm "
-            "normalises an already normalised sum",
+            "the post-feedforward norm is built as a plain RMSNorm, which scales by the stored w instead of "
+            "Gemma's (1 + w): with Gemma's near-zero stored weights every layer's MLP contribution to the "
+            "residual stream nearly vanishes",
         ),
         [(13, stop_dedupe(KOFI)), (25, bug), (31, layernorm_fused_first(ROSA))],
         bug,
