@@ -258,10 +258,10 @@ def prefill_capped_mask() -> HardCase:
     )
 
 
-# ============================================================================= 2602 numerics: the sandwich norm fused away
+# ============================================================================= 2602 numerics: a sandwich norm without its offset
 
 
-def gemma_sandwich_fused() -> HardCase:
+def gemma_post_ff_norm() -> HardCase:
     bug = Commit(
         "gemma2: norms from the shared layer classes\n\nThe decoder layer builds its four sandwich norms from the "
         "layernorm module's\nclasses like the llama layer does; the forward pass and the causal LM's\nbuilder "
@@ -294,7 +294,7 @@ def gemma_sandwich_fused() -> HardCase:
     )
     model = {"arch": "gemma2", "seed": 2602}
     return case(
-        "ts-hard-gemma-sandwich-fused",
+        "ts-hard-gemma-post-ff-norm",
         2602,
         "numerics",
         ["vllm-project/vllm#53273", "sgl-project/sglang#6856", "ndif-team/nnterp#53"],
@@ -575,7 +575,7 @@ def tp_bias_every_rank() -> HardCase:
     bug = Commit(
         "distributed: the sharding rules in their own module\n\nshard_tensor and the parallel-style tables move "
         "unchanged to\ndistributed/sharding.py so the checkpoint converter can use them without\nimporting the "
-        "model code. The loader skips the split for a tensor that\nalready has its parameter's shape.",
+        "model code. The loader hands biases of unfused layers over without\nthe split call.",
         ELIF,
         [
             (TP_SHARDING, None, SHARDING_MODULE),
@@ -609,9 +609,8 @@ def tp_bias_every_rank() -> HardCase:
             (
                 TP_LOADER,
                 "        part = shard_tensor(name, tensor, rank, tp)\n",
-                "        # a vector that already fits its parameter has nothing to split\n"
-                '        whole = name.endswith(".bias") and tuple(tensor.shape) == tuple(param.shape)\n'
-                "        part = tensor if whole else shard_tensor(name, tensor, rank, tp)\n",
+                "        # a bias is added after the matmul: only a fused (column) layer splits its output\n"
+                '        part = tensor if name.endswith(".bias") and shard_id is None else shard_tensor(name, tensor, rank, tp)\n',
             ),
         ],
     )
@@ -638,9 +637,9 @@ def tp_bias_every_rank() -> HardCase:
             TP_LOADER,
             "load_sharded_weights",
             "distributed",
-            "the loader hands a row-parallel bias (o_proj, down_proj) to every rank whole because its shape "
-            "already matches the parameter, bypassing the rank-0-only rule, so after the all-reduce each such "
-            "bias is added tensor_parallel_size times",
+            "the loader hands the bias of every unfused layer to every rank whole, bypassing the sharding "
+            "rule that gives a row-parallel bias (o_proj, down_proj) to rank 0 only, so after the all-reduce each "
+            "such bias is added tensor_parallel_size times",
         ),
         [(16, quant_group_64(ROSA)), (26, bug), (32, row_apply)],
         bug,
@@ -1033,7 +1032,7 @@ def window_left_keys() -> HardCase:
 
 CASES = [
     prefill_capped_mask(),
-    gemma_sandwich_fused(),
+    gemma_post_ff_norm(),
     kv_pool_shared_layers(),
     nucleus_half_cumsum(),
     spec_rollback_computed(),
