@@ -776,4 +776,185 @@ POOL: dict[str, list[tuple[str, list]]] = {
             ],
         ),
     ],
+    # held-out set 5 (tinyserve_atbase_heldout5): the rotary kernel and the quantized matmul on their own
+    ROT_OP: [
+        (
+            "ops/rotary: say why cos/sin are cast first",
+            [
+                (
+                    ROT_OP,
+                    "use, as transformers does.\n",
+                    "use, as transformers does (so half-precision runs round the way it does).\n",
+                )
+            ],
+        ),
+        (
+            "ops/rotary: shapes in _rotate",
+            [
+                (
+                    ROT_OP,
+                    "    # x [T, N*D]; cos/sin [T, D/2] -> [T, N*D]\n",
+                    "    # x [T, N*D] (N heads of D); cos/sin [T, D/2] -> [T, N*D]\n",
+                )
+            ],
+        ),
+        (
+            "ops/rotary: name the layout where the halves are split",
+            [
+                (
+                    ROT_OP,
+                    "    half = head_dim // 2\n",
+                    "    half = head_dim // 2              # neox layout: first half, second half\n",
+                )
+            ],
+        ),
+        (
+            "ops/rotary: cos/sin broadcast over the heads",
+            [
+                (
+                    ROT_OP,
+                    "    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)\n",
+                    "    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)       # [T, 1, D/2]: the same angle for every head\n",
+                )
+            ],
+        ),
+        (
+            "ops/rotary: _rotate_half docstring",
+            [
+                (
+                    ROT_OP,
+                    "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n",
+                    "def _rotate_half(x: torch.Tensor) -> torch.Tensor:\n"
+                    '    """[..., D] -> [..., D]: (-second half, first half), as HF\'s rotate_half."""\n',
+                )
+            ],
+        ),
+        (
+            "ops/rotary: the native twin works on [T, N, D] views",
+            [
+                (
+                    ROT_OP,
+                    "    q = query.view(query.shape[0], -1, head_dim)\n",
+                    "    # [T, N, D] views of the packed rows; reshaped back at the end\n"
+                    "    q = query.view(query.shape[0], -1, head_dim)\n",
+                )
+            ],
+        ),
+        (
+            "ops/rotary: query and key rotated one after the other",
+            [
+                (
+                    ROT_OP,
+                    "    return _rotate(query, cos, sin, head_dim), _rotate(key, cos, sin, head_dim)\n",
+                    "    q_rot = _rotate(query, cos, sin, head_dim)\n    return q_rot, _rotate(key, cos, sin, head_dim)\n",
+                )
+            ],
+        ),
+    ],
+    QMM: [
+        (
+            "quant_matmul: the formats table names its source",
+            [
+                (
+                    QMM,
+                    "Weight formats (see tinyserve.quantization):\n",
+                    "Weight formats (written by tinyserve.quantization at load time):\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: why _acc promotes",
+            [
+                (
+                    QMM,
+                    "def _acc(dtype: torch.dtype) -> torch.dtype:\n    return torch.promote_types(dtype, torch.float32)\n",
+                    "def _acc(dtype: torch.dtype) -> torch.dtype:\n"
+                    "    # fp32 sums for half-precision inputs; a float64 run stays float64\n"
+                    "    return torch.promote_types(dtype, torch.float32)\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: unpack_int4 comment",
+            [
+                (
+                    QMM,
+                    "    # [O, I/2] uint8 -> [O, I] uint8 in 0..15, columns back in order\n",
+                    "    # [O, I/2] uint8 -> [O, I] uint8 in 0..15, columns back in order (even column = low nibble)\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: dequantize_weight says which format it reads",
+            [
+                (
+                    QMM,
+                    '    """-> float32 weight [O, I]."""\n',
+                    '    """-> float32 weight [O, I] (int8 when zero is None, int4 otherwise)."""\n',
+                )
+            ],
+        ),
+        (
+            "quant_matmul: the int4 identity in one line",
+            [
+                (
+                    QMM,
+                    "    # sum_k x_k (q_k - z) s = s * (x . q - z * sum_k x_k), per group\n",
+                    "    # sum_k x_k (q_k - z) s = s * (x . q - z * sum_k x_k), per group: one einsum, one shift\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: name the integer partial sums",
+            [
+                (
+                    QMM,
+                    '    partial = torch.einsum("tgk,ogk->tog", xg, qg)                            # [T, O, G]\n',
+                    '    partial = torch.einsum("tgk,ogk->tog", xg, qg)                            # [T, O, G] x . q\n',
+                )
+            ],
+        ),
+        (
+            "quant_matmul: dequant_matmul comment",
+            [
+                (
+                    QMM,
+                    "    # [T, I] -> [T, O]; accumulates in fp32 (or wider), casts back to x's dtype\n",
+                    "    # [T, I] -> [T, O]; accumulates in fp32 (or wider), casts back to x's dtype once at the end\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: the native twin is the reference",
+            [
+                (
+                    QMM,
+                    "    # [T, I] -> [T, O]; the float weight in x's dtype, then an ordinary linear\n",
+                    "    # [T, I] -> [T, O]; the float weight in x's dtype, then an ordinary linear (the reference)\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: module docstring on partial sums",
+            [
+                (
+                    QMM,
+                    "The optimized path never materialises the float weight: it multiplies by the raw\n",
+                    "The optimized path never materialises the float weight (it would double the memory):\n"
+                    "it multiplies by the raw\n",
+                )
+            ],
+        ),
+        (
+            "quant_matmul: export list",
+            [
+                (
+                    QMM,
+                    "import torch.nn.functional as F\n",
+                    "import torch.nn.functional as F\n\n"
+                    '__all__ = ["unpack_int4", "dequantize_weight", "dequant_matmul", "dequant_matmul_native"]\n',
+                )
+            ],
+        ),
+    ],
 }
