@@ -230,7 +230,7 @@ def test_shipped_weights_regenerate_byte_for_byte(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=3600,  # 8 leave-one-split-out fits per setting and the final fit
+        timeout=3600,  # 9 leave-one-split-out fits per setting and the final fit
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode == 0, proc.stderr
