@@ -37,10 +37,11 @@ from tools.scenario import Scenario
 from tools.triage.extract import extract_scenario, to_scenario
 from tools.triage.github import DEFAULT_API, GitHub, GitHubError
 from tools.triage.model import classify as classify_issue
+from tools.triage.model import silent_threshold
 
 MAX_BODY_CHARS = 20_000  # longer bodies are cut (and the comment says so)
 MAX_COMMENT_CHARS = 60_000  # GitHub refuses comments over 65536 characters
-MIN_CONFIDENCE = 0.5  # below this we neither label nor comment
+MIN_CONFIDENCE = 0.5  # a label other than `silent` below this is not applied (`silent`: the model's threshold)
 GITHUB_LABELS = {
     "silent": "silent-error",
     "crash": "crash",
@@ -135,8 +136,16 @@ def bounded_text(issue: dict, limit: int = MAX_BODY_CHARS) -> tuple[str, str, di
     return title, body[:limit], {"chars": len(body), "kept": limit}
 
 
+def confident(classification: dict) -> bool:
+    """Sure enough to label (and, for `silent`, to comment): a `silent` answer at the model's own silent threshold,
+    so `classify` and what is posted never disagree (one setting, `tools.triage.model.silent_threshold`); any other
+    label at MIN_CONFIDENCE."""
+    silent = classification["label"] == "silent"
+    return classification["confidence"] >= (silent_threshold() if silent else MIN_CONFIDENCE)
+
+
 def suggested_labels(classification: dict) -> list[str]:
-    if classification["confidence"] < MIN_CONFIDENCE:
+    if not confident(classification):
         return []
     name = GITHUB_LABELS.get(classification["label"])
     return [name] if name else []
@@ -149,7 +158,7 @@ def plan_issue(issue: dict, reader: Reader, diagnoser: Diagnoser, want_comment: 
     title, body, truncated = bounded_text(issue)
     classification = reader.classify(title, body)
     partial, missing = reader.extract(title, body)
-    is_silent = want_comment and classification["label"] == "silent" and classification["confidence"] >= MIN_CONFIDENCE
+    is_silent = want_comment and classification["label"] == "silent" and confident(classification)
     scenario = to_scenario(partial) if is_silent else None
     report, reason = None, None
     if is_silent:

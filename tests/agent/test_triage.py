@@ -163,3 +163,26 @@ def test_help_lists_the_commands_and_the_old_form_still_parses(capsys):
     assert parse_args(["repo", "--repo", "a/b", "--since", "2024-01-01"]).since == "2024-01-01"
     args = parse_args(["classify", "issues.jsonl", "--llm-model", "m"])
     assert (args.command, args.file, args.llm_model) == ("classify", "issues.jsonl", "m")
+
+
+def test_a_silent_answer_is_posted_at_the_models_own_threshold_and_no_other():
+    from agent.triage import MIN_CONFIDENCE, Reader, confident, plan_issue
+    from tools.triage.model import classify as model_classify
+    from tools.triage.model import silent_threshold
+
+    class FixedAnswer(Reader):  # the posting rule is under test here, not the classifier
+        def __init__(self, confidence: float):
+            super().__init__()
+            self.answer = {"label": "silent", "confidence": confidence, "cues": []}
+
+        def classify(self, title, body):
+            return dict(self.answer)
+
+    m = silent_threshold()
+    c = model_classify(SILENT["title"], SILENT["body"])
+    assert c.label == "silent" and c.confidence >= m  # a silent answer of classify is always one posted on
+    at, below = (plan_issue(SILENT, FixedAnswer(q), FixedDiagnoser()) for q in (m, round(m - 0.01, 3)))
+    assert at.comment is not None and at.labels == ["silent-error"]
+    assert below.comment is None and below.labels == []
+    assert confident({"label": "crash", "confidence": MIN_CONFIDENCE})  # other labels: their own floor
+    assert not confident({"label": "crash", "confidence": MIN_CONFIDENCE - 0.01})

@@ -89,6 +89,38 @@ _NO_EFFECT = _rx(
     r"|not (take|taking|in) effect|(is|are|seems?|gets?) ignored|not (respected|honou?red|applied|used|followed|obeyed)|same (output|result)s?"
     r"|unexpected|没有?生效|不生效|无效|不起作用"
 )
+# Install vs crash (LABELING.md "Environment failures at start"): the package does not build, import or start in
+# its environment, against a running engine that dies on a request. What is named, not one report's words: the
+# environment (an OS, a container, an architecture, a driver or toolchain), a program that does not start at all,
+# an incompatibility between versions, drivers, libraries or hardware, and a failure tied to a request.
+_ENVIRONMENT = _rx(
+    r"\b(windows|win ?1[01]|wsl2?|mac ?os|macbook|apple silicon|docker|container|podman|kubernetes|k8s|aarch64|arm64"
+    r"|jetson|raspberry|android|ios|ubuntu|debian|fedora|centos|rhel|glibc|drivers?|cuda (version|toolkit|runtime)"
+    r"|rocm|nvidia-smi|gh200|grace hopper|ppc64\w*)\b|\.exe\b|驱动|镜像"
+)
+_NOT_STARTING = _rx(
+    r"\b(not|never|won'?t|doesn'?t|does not|didn'?t|can'?t|cannot|can not|unable to|fails? to|failed to|failing to)\s+"
+    r"(even )?(start|launch|run|open|execute|boot)(s|ing|ed)?\b|\bnot (starting|launching)\b|cannot execute"
+    r"|exec format error|closes? (immediately|without)|\b(on|at|during) (start ?up|launch|boot)\b"
+    r"|启动(失败|不了|报错)|无法(启动|运行)"
+)
+_INCOMPATIBLE = _rx(
+    r"\bversions? (mismatch\w*|conflict\w*|incompatib\w*)|\bmismatch\w* (the |with (the )?)?(cuda |torch |pytorch "
+    r"|driver )?version|compiled (with|against|for) (a different|cuda|torch|pytorch)|driver (is )?too old"
+    r"|version is insufficient|forward compatibility|not supported (on )?(hw|hardware|gpu|platform|architecture|cpu)"
+    r"|unsupported (gpu|hardware|platform|architecture|os|cpu)|\bno kernel image\b|\billegal instruction\b"
+    r"|dll load failed|symbol not found|function '?\w+'? not found|cannot open shared object|\bglibc_?\d"
+    r"|not (recogni[sz]\w*|detect\w*|find\w*|found|using|use) (my |the |any |an? )?(apple |nvidia |amd |intel )?"
+    r"(gpu|cuda|metal|rocm|vulkan)"
+)
+_ON_REQUEST = _rx(
+    r"\b(when|while|after|during|on|for) (i |we )?(send(ing)?|mak(e|ing)|call(ing)?|process(ing)?|serv(e|ing)"
+    r"|handl(e|ing)|generat(e|ing)|decod(e|ing)|running inference|the (first|second|next)|every|each|some|a few"
+    r"|several|many|multiple|long|\d+)\b\W+(\w+\W+){0,3}?(requests?|prompts?|queries|calls?|tokens|inference"
+    r"|generation|completions?|messages?|inputs?)\b|\bconcurrent (requests?|users?|calls?)|\bunder (heavy )?load\b"
+    r"|\bmid-?(generation|stream|request)|\bduring (inference|generation|decoding|serving|prefill|the request)\b"
+    r"|推理(时|过程中)|请求(时|后)|并发"
+)
 _METRIC, _SPEED = triage_rules.QUALITY_METRIC, triage_rules.SPEED_MEASURE  # the same words the rules weigh
 _QUANT = _rx(
     r"quanti[sz]\w*|\b(int[48]|w[48]a(8|16)|fp8|nf4|awq|gptq|smooth ?quant|q[2-8]_[0-9k]\w*|exl2|bnb|bitsandbytes)\b|量化"
@@ -135,6 +167,15 @@ NAMES = (
     "quantization and a bad result or metric",
     "empty result",
 )
+# Install vs crash (`environment`): last in NAMES, so weights fitted before them still read the earlier columns.
+ENVIRONMENT_NAMES = (
+    "environment named",
+    "does not start",
+    "does not start in a named environment, no request",
+    "incompatible versions, drivers, libraries or hardware",
+    "failure on a request",
+)
+NAMES = NAMES + ENVIRONMENT_NAMES
 
 
 def title_tag(title: str) -> str:
@@ -176,6 +217,7 @@ def shape(title: str, body: str) -> list[float]:
         float(bool(_COMPARES.search(text))),
         *(float(tag == name) for name in TAGS),
         *families(text, asks=flags[3] or flags[4] or tag in ("question", "usage")),
+        *environment(text, f"{text}\n{t.code}"),
     ]
 
 
@@ -196,4 +238,19 @@ def families(text: str, asks: bool) -> list[float]:
         float(metric),
         float(bool(_QUANT.search(text)) and (bad or metric)),
         float(empty),
+    ]
+
+
+def environment(text: str, everything: str) -> list[float]:
+    """Install vs crash (title + prose; `everything` adds the code): an environment named, a program that does not start,
+    the two together with no request in sight (a launch failure: `install`), an incompatibility between versions,
+    drivers, libraries or hardware, and a failure tied to a request (a running engine: `crash`). Pure."""
+    env, starting = bool(_ENVIRONMENT.search(everything)), bool(_NOT_STARTING.search(text))
+    on_request = bool(_ON_REQUEST.search(text))
+    return [
+        float(env),
+        float(starting),
+        float(env and starting and not on_request),
+        float(bool(_INCOMPATIBLE.search(everything))),
+        float(on_request),
     ]
