@@ -27,27 +27,48 @@ if TYPE_CHECKING:  # the engine modules import torch: loaded only when a check n
 def model_config(model: dict) -> dict:
     """[model] table -> the config keys the checkpoint has (or will have), without building it."""
     if "path" in model:
-        from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
-
-        factory_only = sorted(k for k in model if k in FILE_KEYS + WEIGHT_KEYS)
-        if factory_only:  # they shape a seeded checkpoint; an existing one would silently ignore them
-            raise BadInput(
-                f"[model] {', '.join(factory_only)} only shape(s) a seeded checkpoint, but model.path names an "
-                "existing one: drop them, or drop path and give arch"
-            )
         config = Path(model["path"]).expanduser() / "config.json"
         try:
-            return json.loads(config.read_text())
+            keys = json.loads(config.read_text())
         except FileNotFoundError:
             raise BadInput(f"model.path {model['path']} has no config.json (an HF-format checkpoint folder)") from None
         except (OSError, ValueError) as e:
             raise BadInput(f"model.path {model['path']}: config.json is unreadable ({e})") from None
+        check_path_keys(model)
+        return keys
     from tools.probe.checkpoints import model_config_keys
 
     try:
         return model_config_keys(model)
     except ValueError as e:
         raise BadInput(f"[model] {e}") from None
+
+
+PATH_KEYS = ("path", "arch")  # beside an existing checkpoint: where it is, and (a label) what it is
+
+
+def check_path_keys(model: dict) -> None:
+    """An existing checkpoint is run as its files say: any other [model] key would be silently ignored.
+
+    Factory keys (seed, perturb_init, omit_keys, config_json) only shape a seeded checkpoint; HF config
+    keys (rope_parameters, sliding_window, num_hidden_layers, torch_dtype, ...) would reach neither engine,
+    which both read the folder's config.json."""
+    from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
+
+    ignored = sorted(k for k in model if k not in PATH_KEYS)
+    if not ignored:
+        return
+    factory = [k for k in ignored if k in ("seed", *FILE_KEYS, *WEIGHT_KEYS)]
+    config = [k for k in ignored if k not in factory]
+    how = []
+    if config:
+        how.append(
+            f"{', '.join(config)} would not reach either engine (both read {model['path']}/config.json): "
+            "set them in a copy of that folder's config.json and point path at the copy"
+        )
+    if factory:
+        how.append(f"{', '.join(factory)} only shape(s) a seeded checkpoint: drop them, or drop path and give arch")
+    raise BadInput(f"[model] path names an existing checkpoint, used as it is; {'; '.join(how)}")
 
 
 def check_limits(scenario: Scenario, config: dict) -> None:

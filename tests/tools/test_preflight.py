@@ -123,3 +123,41 @@ def test_options_are_those_of_the_tree_under_test(tmp_path):
     assert preflight(sc, fork) == fork.resolve()
     with pytest.raises(BadInput, match=r"options \['fork_knob'\] are not accepted by tinyserve"):
         preflight(sc)
+
+
+PATH_SCENARIO = """
+[model]
+path = "{path}"
+arch = "llama"
+{extra}
+[target]
+engine = "transformers"
+[[workload.requests]]
+prompt_ids = [1, 2, 3]
+max_tokens = 2
+"""
+
+
+def test_config_keys_beside_a_real_checkpoint_are_refused_with_how_to_set_them(tmp_path):
+    """Regression: HF config keys beside model.path (sliding_window, num_hidden_layers, torch_dtype, ...)
+    reached neither engine, which both read the folder's config.json, and the run went on as if they
+    applied. Now the probe CLI refuses them (exit 2, one line, no traceback) naming each key and where
+    to set it; path with only arch beside it passes and reads the checkpoint's own config."""
+    import subprocess
+    import sys
+
+    from tools.probe.checkpoints import ensure_checkpoint
+
+    checkpoint = ensure_checkpoint({"arch": "llama", "seed": 0})
+    extra = 'sliding_window = 8\nnum_hidden_layers = 3\ntorch_dtype = "float16"\nseed = 3'
+    toml = tmp_path / "s.toml"
+    toml.write_text(PATH_SCENARIO.format(path=checkpoint, extra=extra))
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.probe.prober", "--scenario", str(toml)], capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "num_hidden_layers, sliding_window, torch_dtype would not reach either engine" in run.stderr
+    assert f"{checkpoint}/config.json" in run.stderr and "seed only shape(s) a seeded checkpoint" in run.stderr
+    plain = loads(PATH_SCENARIO.format(path=checkpoint, extra=""))
+    assert preflight(plain) is None
+    assert model_config(plain.model)["num_hidden_layers"] == 2  # the checkpoint's own
