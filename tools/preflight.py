@@ -39,9 +39,40 @@ def model_config(model: dict) -> dict:
     from tools.probe.checkpoints import model_config_keys
 
     try:
-        return model_config_keys(model)
+        keys = model_config_keys(model)
     except ValueError as e:
         raise BadInput(f"[model] {e}") from None
+    check_key_spelling(model)
+    return keys
+
+
+LEGACY_KEYS = ("rope_scaling", "rope_theta")  # older spellings the config still takes (into rope_parameters)
+
+
+def config_fields(arch: str) -> set[str]:
+    """What the arch's HF config declares: its defaults, its (and its bases') __init__ parameters, aliases."""
+    import inspect
+
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[arch]
+    fields = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {})) | set(LEGACY_KEYS)
+    for base in cls.__mro__:
+        if "__init__" in vars(base):
+            fields |= set(inspect.signature(base.__init__).parameters)
+    return fields
+
+
+def check_key_spelling(model: dict) -> None:
+    """A [model] key one typo from a config field (num_hidden_layer) would become an unused attribute:
+    the model silently keeps the field's default. Keys near no field pass through (an engine may read them)."""
+    from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
+
+    fields = config_fields(model["arch"])
+    for key in sorted(set(model) - fields - {"arch", "seed", *FILE_KEYS, *WEIGHT_KEYS}):
+        near = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.85)
+        if near:
+            raise BadInput(f"[model] {key} is not a {model['arch']} config field; did you mean {near[0]}?")
 
 
 PATH_KEYS = ("path", "arch")  # beside an existing checkpoint: where it is, and (a label) what it is

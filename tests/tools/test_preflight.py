@@ -161,3 +161,13 @@ def test_config_keys_beside_a_real_checkpoint_are_refused_with_how_to_set_them(t
     plain = loads(PATH_SCENARIO.format(path=checkpoint, extra=""))
     assert preflight(plain) is None
     assert model_config(plain.model)["num_hidden_layers"] == 2  # the checkpoint's own
+
+
+def test_a_model_key_one_typo_from_a_config_field_is_refused():
+    """Regression: `num_hidden_layer = 3` went to AutoConfig as an unused attribute, the model kept
+    its 2 layers and the run said nothing. Keys near no field still pass through (an engine may read them)."""
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "num_hidden_layer = 3"))
+    with pytest.raises(BadInput, match="num_hidden_layer is not a llama config field; did you mean num_hidden_layers"):
+        preflight(sc)
+    assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "engine_hint = 3")).model)["engine_hint"] == 3
+    assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "rope_theta = 5e5")).model)["rope_theta"] == 5e5
