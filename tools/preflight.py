@@ -102,25 +102,47 @@ def check_path_keys(model: dict) -> None:
     raise BadInput(f"[model] path names an existing checkpoint, used as it is; {'; '.join(how)}")
 
 
-def check_limits(scenario: Scenario, config: dict) -> None:
-    """Every request fits the model: prompt + max_tokens within its positions, ids within its vocab."""
+def check_limits(scenario: Scenario, config: dict, count_text=None) -> None:
+    """Every request fits the model: prompt + max_tokens within its positions, ids within its vocab.
+    `count_text(text) -> tokens` sizes a text prompt (None: counted as one token, the least it can be)."""
     positions, vocab = config.get("max_position_embeddings"), config.get("vocab_size")
     for i, req in enumerate(scenario.requests):
-        prompt_len = len(req.prompt_ids) if req.prompt_ids is not None else 1
+        if req.prompt_ids is not None:
+            prompt_len = len(req.prompt_ids)
+        else:
+            prompt_len = count_text(req.prompt) if count_text is not None else 1
         if isinstance(positions, int) and prompt_len + req.max_tokens > positions:
             what = (
                 f"prompt ({prompt_len} tokens) + max_tokens ({req.max_tokens:,})"
-                if req.prompt_ids
+                if req.prompt_ids or count_text is not None
                 else f"max_tokens ({req.max_tokens:,}) + the prompt"
             )
             raise BadInput(
                 f"request {i}: {what} exceeds the model's {positions} positions "
-                f"(max_position_embeddings); lower max_tokens{_dynamic_rope_note(config)}"
+                f"(max_position_embeddings); {'shorten the prompt' if prompt_len >= positions else 'lower max_tokens'}"
+                f"{_dynamic_rope_note(config)}"
             )
         if isinstance(vocab, int) and req.prompt_ids and max(req.prompt_ids) >= vocab:
             raise BadInput(
                 f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary (vocab_size {vocab})"
             )
+
+
+def text_counter(model: dict, config: dict):
+    """text -> its token count under the checkpoint's tokenizer (the factory's for a seeded one), or None
+    when there is none to read: a text prompt past the model's positions is then the engine's to refuse."""
+    try:
+        if "path" in model:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(Path(model["path"]).expanduser()))
+        else:
+            from tools.probe.checkpoints import build_tokenizer
+
+            tokenizer = build_tokenizer(config["vocab_size"])
+    except Exception:  # noqa: BLE001 - no usable tokenizer files: the engines will say so themselves
+        return None
+    return lambda text: len(tokenizer(text)["input_ids"])
 
 
 def _dynamic_rope_note(config: dict) -> str:
@@ -235,7 +257,8 @@ def preflight(
         raise ScenarioError("no scenario")
     source = check_target_source(scenario.target.engine, target_source)
     config = model_config(scenario.model)
-    check_limits(scenario, config)
+    texts = any(req.prompt_ids is None for req in scenario.requests)
+    check_limits(scenario, config, text_counter(scenario.model, config) if texts else None)
     check_taps(taps, config)
     check_options(scenario.target, source, "target")
     check_options(scenario.reference, reference_source, "reference")

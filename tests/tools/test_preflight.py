@@ -171,3 +171,12 @@ def test_a_model_key_one_typo_from_a_config_field_is_refused():
         preflight(sc)
     assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "engine_hint = 3")).model)["engine_hint"] == 3
     assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "rope_theta = 5e5")).model)["rope_theta"] == 5e5
+
+
+def test_a_text_prompt_past_the_model_s_positions_is_bad_input():
+    """Regression: a text prompt of 4,800 tokens on a 1,024-position model passed preflight (a text
+    prompt counted as one token) and failed inside the engine: exit 3 and the engine's traceback."""
+    sc = loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", f'prompt = "{"hello world " * 800}"'))
+    with pytest.raises(BadInput, match=r"request 0: prompt \(\d{4} tokens\) .* 1024 positions .*shorten the prompt"):
+        preflight(sc)
+    preflight(loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", 'prompt = "hello world"')))
