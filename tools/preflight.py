@@ -43,7 +43,24 @@ def model_config(model: dict) -> dict:
     except ValueError as e:
         raise BadInput(f"[model] {e}") from None
     check_key_spelling(model)
+    check_config_values(model)
     return keys
+
+
+def check_config_values(model: dict) -> None:
+    """The factory's AutoConfig takes the keys (it validates some values: initializer_range = 1e30 is
+    refused there); without this the refusal came as a traceback from the checkpoint's build."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    from tools.probe.checkpoints import hf_config_keys
+
+    try:
+        AutoConfig.for_model(model["arch"], **hf_config_keys(model))
+    except (ValueError, TypeError, StrictDataclassError) as e:
+        raise BadInput(
+            f"[model] the {model['arch']} config refuses these keys: {' '.join(str(e).split())[:300]}"
+        ) from None
 
 
 LEGACY_KEYS = ("rope_scaling", "rope_theta")  # older spellings the config still takes (into rope_parameters)

@@ -180,3 +180,11 @@ def test_a_text_prompt_past_the_model_s_positions_is_bad_input():
     with pytest.raises(BadInput, match=r"request 0: prompt \(\d{4} tokens\) .* 1024 positions .*shorten the prompt"):
         preflight(sc)
     preflight(loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", 'prompt = "hello world"')))
+
+
+def test_a_config_value_the_factory_refuses_is_bad_input():
+    """Regression: initializer_range = 1e30 passed preflight; the checkpoint's build raised transformers'
+    validation error as a traceback, exit 1 (the code for "diverged")."""
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "initializer_range = 1e30"))
+    with pytest.raises(BadInput, match="config refuses these keys: .*initializer_range.*1e\\+30"):
+        preflight(sc)
