@@ -255,6 +255,11 @@ def case_inputs(args, stack: ExitStack) -> Inputs:
     from benchmark.build import build_case_repo
     from benchmark.cases import case_input
 
+    if args.target_source is not None:  # the case's own repo is the target: a tree given here would never run
+        raise UsageError(
+            f"--target-source is not used with --issue {args.issue} (a bundled case is diagnosed in the repo "
+            "it builds); to diagnose your tree, give the report as --issue-file FILE (or --repo OWNER/NAME)"
+        )
     case = find_case(args.cases_dir, args.issue)
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"diffdx-{args.issue}-")))
     ci = case_input(case, build_case_repo(case, tmp / "repo"))

@@ -27,48 +27,139 @@ if TYPE_CHECKING:  # the engine modules import torch: loaded only when a check n
 def model_config(model: dict) -> dict:
     """[model] table -> the config keys the checkpoint has (or will have), without building it."""
     if "path" in model:
-        from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
-
-        factory_only = sorted(k for k in model if k in FILE_KEYS + WEIGHT_KEYS)
-        if factory_only:  # they shape a seeded checkpoint; an existing one would silently ignore them
-            raise BadInput(
-                f"[model] {', '.join(factory_only)} only shape(s) a seeded checkpoint, but model.path names an "
-                "existing one: drop them, or drop path and give arch"
-            )
         config = Path(model["path"]).expanduser() / "config.json"
         try:
-            return json.loads(config.read_text())
+            keys = json.loads(config.read_text())
         except FileNotFoundError:
             raise BadInput(f"model.path {model['path']} has no config.json (an HF-format checkpoint folder)") from None
         except (OSError, ValueError) as e:
             raise BadInput(f"model.path {model['path']}: config.json is unreadable ({e})") from None
+        check_path_keys(model)
+        return keys
     from tools.probe.checkpoints import model_config_keys
 
     try:
-        return model_config_keys(model)
+        keys = model_config_keys(model)
     except ValueError as e:
         raise BadInput(f"[model] {e}") from None
+    check_key_spelling(model)
+    check_config_values(model)
+    return keys
 
 
-def check_limits(scenario: Scenario, config: dict) -> None:
-    """Every request fits the model: prompt + max_tokens within its positions, ids within its vocab."""
+def check_config_values(model: dict) -> None:
+    """The factory's AutoConfig takes the keys (it validates some values: initializer_range = 1e30 is
+    refused there); without this the refusal came as a traceback from the checkpoint's build."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    from tools.probe.checkpoints import hf_config_keys
+
+    try:
+        AutoConfig.for_model(model["arch"], **hf_config_keys(model))
+    except (ValueError, TypeError, StrictDataclassError) as e:
+        raise BadInput(
+            f"[model] the {model['arch']} config refuses these keys: {' '.join(str(e).split())[:300]}"
+        ) from None
+
+
+LEGACY_KEYS = ("rope_scaling", "rope_theta")  # older spellings the config still takes (into rope_parameters)
+
+
+def config_fields(arch: str) -> set[str]:
+    """What the arch's HF config declares: its defaults, its (and its bases') __init__ parameters, aliases."""
+    import inspect
+
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[arch]
+    fields = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {})) | set(LEGACY_KEYS)
+    for base in cls.__mro__:
+        if "__init__" in vars(base):
+            fields |= set(inspect.signature(base.__init__).parameters)
+    return fields
+
+
+def check_key_spelling(model: dict) -> None:
+    """A [model] key one typo from a config field (num_hidden_layer) would become an unused attribute:
+    the model silently keeps the field's default. Keys near no field pass through (an engine may read them)."""
+    from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
+
+    fields = config_fields(model["arch"])
+    for key in sorted(set(model) - fields - {"arch", "seed", *FILE_KEYS, *WEIGHT_KEYS}):
+        near = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.85)
+        if near:
+            raise BadInput(f"[model] {key} is not a {model['arch']} config field; did you mean {near[0]}?")
+
+
+PATH_KEYS = ("path", "arch")  # beside an existing checkpoint: where it is, and (a label) what it is
+
+
+def check_path_keys(model: dict) -> None:
+    """An existing checkpoint is run as its files say: any other [model] key would be silently ignored.
+
+    Factory keys (seed, perturb_init, omit_keys, config_json) only shape a seeded checkpoint; HF config
+    keys (rope_parameters, sliding_window, num_hidden_layers, torch_dtype, ...) would reach neither engine,
+    which both read the folder's config.json."""
+    from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
+
+    ignored = sorted(k for k in model if k not in PATH_KEYS)
+    if not ignored:
+        return
+    factory = [k for k in ignored if k in ("seed", *FILE_KEYS, *WEIGHT_KEYS)]
+    config = [k for k in ignored if k not in factory]
+    how = []
+    if config:
+        how.append(
+            f"{', '.join(config)} would not reach either engine (both read {model['path']}/config.json): "
+            "set them in a copy of that folder's config.json and point path at the copy"
+        )
+    if factory:
+        how.append(f"{', '.join(factory)} only shape(s) a seeded checkpoint: drop them, or drop path and give arch")
+    raise BadInput(f"[model] path names an existing checkpoint, used as it is; {'; '.join(how)}")
+
+
+def check_limits(scenario: Scenario, config: dict, count_text=None) -> None:
+    """Every request fits the model: prompt + max_tokens within its positions, ids within its vocab.
+    `count_text(text) -> tokens` sizes a text prompt (None: counted as one token, the least it can be)."""
     positions, vocab = config.get("max_position_embeddings"), config.get("vocab_size")
     for i, req in enumerate(scenario.requests):
-        prompt_len = len(req.prompt_ids) if req.prompt_ids is not None else 1
+        if req.prompt_ids is not None:
+            prompt_len = len(req.prompt_ids)
+        else:
+            prompt_len = count_text(req.prompt) if count_text is not None else 1
         if isinstance(positions, int) and prompt_len + req.max_tokens > positions:
             what = (
                 f"prompt ({prompt_len} tokens) + max_tokens ({req.max_tokens:,})"
-                if req.prompt_ids
+                if req.prompt_ids or count_text is not None
                 else f"max_tokens ({req.max_tokens:,}) + the prompt"
             )
             raise BadInput(
                 f"request {i}: {what} exceeds the model's {positions} positions "
-                f"(max_position_embeddings); lower max_tokens{_dynamic_rope_note(config)}"
+                f"(max_position_embeddings); {'shorten the prompt' if prompt_len >= positions else 'lower max_tokens'}"
+                f"{_dynamic_rope_note(config)}"
             )
         if isinstance(vocab, int) and req.prompt_ids and max(req.prompt_ids) >= vocab:
             raise BadInput(
                 f"request {i}: prompt id {max(req.prompt_ids)} is outside the model's vocabulary (vocab_size {vocab})"
             )
+
+
+def text_counter(model: dict, config: dict):
+    """text -> its token count under the checkpoint's tokenizer (the factory's for a seeded one), or None
+    when there is none to read: a text prompt past the model's positions is then the engine's to refuse."""
+    try:
+        if "path" in model:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(Path(model["path"]).expanduser()))
+        else:
+            from tools.probe.checkpoints import build_tokenizer
+
+            tokenizer = build_tokenizer(config["vocab_size"])
+    except Exception:  # noqa: BLE001 - no usable tokenizer files: the engines will say so themselves
+        return None
+    return lambda text: len(tokenizer(text)["input_ids"])
 
 
 def _dynamic_rope_note(config: dict) -> str:
@@ -183,7 +274,8 @@ def preflight(
         raise ScenarioError("no scenario")
     source = check_target_source(scenario.target.engine, target_source)
     config = model_config(scenario.model)
-    check_limits(scenario, config)
+    texts = any(req.prompt_ids is None for req in scenario.requests)
+    check_limits(scenario, config, text_counter(scenario.model, config) if texts else None)
     check_taps(taps, config)
     check_options(scenario.target, source, "target")
     check_options(scenario.reference, reference_source, "reference")

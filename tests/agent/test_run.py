@@ -81,6 +81,8 @@ def test_malformed_repro_is_an_error(tmp_path, capsys):
         (["--issue-file", "{tmp}/empty.md", "--target-source", "{tmp}/nope"], "does not exist"),
         (["--issue", "3", "--config", "{tmp}/bad.toml"], "unknown keys"),
         (["--issue", "3", "--llm", "openai"], "needs OPENAI_BASE_URL"),
+        # regression: a bundled case ran in its own repo and the tree given here was silently never run
+        (["--issue", "1101", "--target-source", "{tmp}"], "--target-source is not used with --issue 1101"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

@@ -123,3 +123,68 @@ def test_options_are_those_of_the_tree_under_test(tmp_path):
     assert preflight(sc, fork) == fork.resolve()
     with pytest.raises(BadInput, match=r"options \['fork_knob'\] are not accepted by tinyserve"):
         preflight(sc)
+
+
+PATH_SCENARIO = """
+[model]
+path = "{path}"
+arch = "llama"
+{extra}
+[target]
+engine = "transformers"
+[[workload.requests]]
+prompt_ids = [1, 2, 3]
+max_tokens = 2
+"""
+
+
+def test_config_keys_beside_a_real_checkpoint_are_refused_with_how_to_set_them(tmp_path):
+    """Regression: HF config keys beside model.path (sliding_window, num_hidden_layers, torch_dtype, ...)
+    reached neither engine, which both read the folder's config.json, and the run went on as if they
+    applied. Now the probe CLI refuses them (exit 2, one line, no traceback) naming each key and where
+    to set it; path with only arch beside it passes and reads the checkpoint's own config."""
+    import subprocess
+    import sys
+
+    from tools.probe.checkpoints import ensure_checkpoint
+
+    checkpoint = ensure_checkpoint({"arch": "llama", "seed": 0})
+    extra = 'sliding_window = 8\nnum_hidden_layers = 3\ntorch_dtype = "float16"\nseed = 3'
+    toml = tmp_path / "s.toml"
+    toml.write_text(PATH_SCENARIO.format(path=checkpoint, extra=extra))
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.probe.prober", "--scenario", str(toml)], capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "num_hidden_layers, sliding_window, torch_dtype would not reach either engine" in run.stderr
+    assert f"{checkpoint}/config.json" in run.stderr and "seed only shape(s) a seeded checkpoint" in run.stderr
+    plain = loads(PATH_SCENARIO.format(path=checkpoint, extra=""))
+    assert preflight(plain) is None
+    assert model_config(plain.model)["num_hidden_layers"] == 2  # the checkpoint's own
+
+
+def test_a_model_key_one_typo_from_a_config_field_is_refused():
+    """Regression: `num_hidden_layer = 3` went to AutoConfig as an unused attribute, the model kept
+    its 2 layers and the run said nothing. Keys near no field still pass through (an engine may read them)."""
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "num_hidden_layer = 3"))
+    with pytest.raises(BadInput, match="num_hidden_layer is not a llama config field; did you mean num_hidden_layers"):
+        preflight(sc)
+    assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "engine_hint = 3")).model)["engine_hint"] == 3
+    assert model_config(loads(SCENARIO.replace("num_hidden_layers = 3", "rope_theta = 5e5")).model)["rope_theta"] == 5e5
+
+
+def test_a_text_prompt_past_the_model_s_positions_is_bad_input():
+    """Regression: a text prompt of 4,800 tokens on a 1,024-position model passed preflight (a text
+    prompt counted as one token) and failed inside the engine: exit 3 and the engine's traceback."""
+    sc = loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", f'prompt = "{"hello world " * 800}"'))
+    with pytest.raises(BadInput, match=r"request 0: prompt \(\d{4} tokens\) .* 1024 positions .*shorten the prompt"):
+        preflight(sc)
+    preflight(loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", 'prompt = "hello world"')))
+
+
+def test_a_config_value_the_factory_refuses_is_bad_input():
+    """Regression: initializer_range = 1e30 passed preflight; the checkpoint's build raised transformers'
+    validation error as a traceback, exit 1 (the code for "diverged")."""
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "initializer_range = 1e30"))
+    with pytest.raises(BadInput, match="config refuses these keys: .*initializer_range.*1e\\+30"):
+        preflight(sc)

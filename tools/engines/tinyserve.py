@@ -40,6 +40,7 @@ back into the module output the tap is read from (`write_output`, the inverse of
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -664,6 +665,18 @@ class TinyServeEngine:
     def run(self, job: RunJob) -> Trace:
         ts = import_tinyserve()
         options = engine_options(job.spec, job.native_kernels)
+        if options.get("tensor_parallel_size", 1) == 1:
+            return self._run(ts, options, job)
+        from tools.engines.tinyserve_tp import tp_guard
+
+        try:
+            runner_module = importlib.import_module("tinyserve.distributed.runner")
+        except ImportError:  # a tree from before tensor parallelism: its own Config refuses the option
+            return self._run(ts, options, job)
+        with tp_guard(runner_module, lambda: getattr(runner_module, "_active", []).clear()):
+            return self._run(ts, options, job)
+
+    def _run(self, ts, options: dict, job: RunJob) -> Trace:
         engine = ts.LLMEngine(ts.Config(model=job.checkpoint, **options))
         cfg = engine.config.model_config
         out_dtype = torch.float64 if job.spec.dtype == "float64" else torch.float32
