@@ -7,15 +7,19 @@
        an output folder could not be written
     4  (agent.run) not reproduced as reported, but the trigger search found another divergence
        that the issue does not describe (a side finding, reported as such)
+    5  internal error: a bug in diffdx itself (its traceback is printed); never read as "diverged"
 
 Each CLI's `main` runs inside `run_cli`, which turns a `DiffdxError` (and a few stdlib errors
 that only ever mean bad input or a broken environment) into `error: <one line>` on stderr and
-the exit code above; a traceback is left only for real bugs.
+the exit code above. Anything else is a bug in diffdx: its traceback is printed and the exit code is 5, so a
+script never reads a crash of the tool as a divergence of the engine (Python's own exit for an uncaught
+exception is 1, the code for "diverged").
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,12 +28,13 @@ DIVERGED = 1  # also: diagnosed, validation failed
 BAD_INPUT = 2
 ENVIRONMENT = 3
 SIDE_FINDING = 4  # agent.run: the reported trigger agrees, another variant diverged
+INTERNAL = 5  # a bug in diffdx: traceback printed, never confused with DIVERGED
 
 EPILOG = (
     "exit status: 0 agree / not reproduced / done, 1 diverged / diagnosed, "
     "2 bad input (path, option, scenario, issue), 3 environment failure "
     "(engine crash or timeout, network, unwritable output); agent.run: 4 not reproduced as "
-    "reported, another divergence found while searching (a side finding)"
+    "reported, another divergence found while searching (a side finding); 5 internal error (a diffdx bug)"
 )
 
 
@@ -91,7 +96,12 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except Exception as e:
         code = exit_code_of(e)
         if code is None:
-            raise
+            traceback.print_exc()
+            print(
+                f"internal error (a bug in diffdx, please report it with the traceback above): {one_line(e)}",
+                file=sys.stderr,
+            )
+            return INTERNAL
         print(f"error: {one_line(e)}", file=sys.stderr)
         return code
 
