@@ -88,7 +88,7 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
     no parent, engine crash, or a change of comments only: a bug at base stays whatever they say, and
     a native tree would be rebuilt for nothing)."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
         before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
         if before is None:
             return None, "", ""
@@ -562,7 +562,7 @@ def isolated_helper(
 def old_source(repo: Path, h: Hypothesis) -> str | None:
     """h's function as it stood before h's commit."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
     except GitError:
         return None
     sym = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
@@ -598,7 +598,7 @@ def called_name(c: Hypothesis, names: set[str]) -> str | None:
 def is_new(repo: Path, h: Hypothesis) -> bool:
     """h's function did not exist before the commit suspected of it: all of its code is that commit's."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
