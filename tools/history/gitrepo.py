@@ -224,9 +224,12 @@ def commit_diff(repo_path: str | Path, ref: str, paths: Sequence[str] = (), cont
     )
 
 
-def tree_files(repo_path: str | Path, ref: str, suffixes: Sequence[str] = ()) -> Iterator[tuple[str, bytes]]:
-    """(path, content) of every blob in the commit's tree whose name ends with one of `suffixes`,
-    breadth first, each directory's entries in git's order (gitpython's `tree.traverse()` order).
+def tree_files(
+    repo_path: str | Path, ref: str, suffixes: Sequence[str] = (), paths: frozenset[str] | None = None
+) -> Iterator[tuple[str, bytes]]:
+    """(path, content) of every blob in the commit's tree whose name ends with one of `suffixes`
+    (and, with `paths`, is one of them), breadth first, each directory's entries in git's order
+    (gitpython's `tree.traverse()` order).
 
     One `ls-tree` and one `cat-file --batch` for the blobs this process has not read before:
     a diagnosis indexes several commits of the same large tree (transformers: ~2900 files), which
@@ -235,7 +238,7 @@ def tree_files(repo_path: str | Path, ref: str, suffixes: Sequence[str] = ()) ->
     wanted = [
         (path, sha)
         for kind, sha, path in entries
-        if kind == "blob" and (not suffixes or path.endswith(tuple(suffixes)))
+        if kind == "blob" and (not suffixes or path.endswith(tuple(suffixes))) and (paths is None or path in paths)
     ]
     known = {sha: data for _, sha in wanted if (data := _BLOBS.get(sha)) is not None}
     known.update(_read_blobs(repo_path, sorted({sha for _, sha in wanted} - known.keys())))

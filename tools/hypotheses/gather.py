@@ -36,7 +36,7 @@ from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproducti
 from tools.hypotheses.moved import class_statements, function_node
 from tools.hypotheses.rank import WEIGHTS, Candidate, to_hypothesis
 from tools.probe.prober import Prober
-from tools.source.index import Symbol, commit_changes, open_index
+from tools.source.index import Symbol, commit_changes, diff_paths, open_index
 
 # Divergent component -> words that name its code.
 COMPONENT_WORDS = {
@@ -142,7 +142,7 @@ def culprit_functions(repo: Path, index, culprit: Culprit | None) -> list[tuple[
     for sha in culprit.ambiguous or [culprit.sha]:
         diff = culprit.diff if sha == culprit.sha and culprit.diff else _diff(repo, sha)
         try:
-            old = open_index(repo, commit=f"{sha}^", include_tests=False)
+            old = open_index(repo, commit=f"{sha}^", include_tests=False, paths=diff_paths(diff))
         except GitError:
             old = None
         for change in commit_changes(repo, sha, diff, index):

@@ -19,6 +19,7 @@ from tools.history.gitrepo import (
     PatchConflict,
     apply_patch,
     scratch_worktree,
+    tree_files,
 )
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
@@ -88,15 +89,18 @@ def revert_and_probe(repo: Path, h: Hypothesis, repro: Reproduction, prober: Pro
     no parent, engine crash, or a change of comments only: a bug at base stays whatever they say, and
     a native tree would be rebuilt for nothing)."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
         before = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
         if before is None:
             return None, "", ""
+        # read from HEAD's blob, what the scratch tree would hold: no checkout for a change of comments only
+        current, restored = function_text_at(repo, "HEAD", h.file, h.function) or "", old.read(before)
+        if before.kind == "class":  # its own statements only: its methods are candidates of their own
+            restored = class_statements_restored(current, restored) or current
+        if same_code(h.file, current, restored):
+            return None, current, restored
         with scratch_worktree(repo, "HEAD") as tree:
-            current, restored = function_text(tree, h.file, h.function) or "", old.read(before)
-            if before.kind == "class":  # its own statements only: its methods are candidates of their own
-                restored = class_statements_restored(current, restored) or current
-            if same_code(h.file, current, restored) or not restore_version(tree, h.file, h.function, restored, old):
+            if not restore_version(tree, h.file, h.function, restored, old):
                 return None, current, restored
             return not prober.probe(repro.scenario, tree).diverged, current, restored
     except (GitError, PatchConflict, EngineRunError):
@@ -562,7 +566,7 @@ def isolated_helper(
 def old_source(repo: Path, h: Hypothesis) -> str | None:
     """h's function as it stood before h's commit."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
     except GitError:
         return None
     sym = next((s for s in old.find(h.function) if s.file == h.file and s.qualname == h.function), None)
@@ -598,7 +602,7 @@ def called_name(c: Hypothesis, names: set[str]) -> str | None:
 def is_new(repo: Path, h: Hypothesis) -> bool:
     """h's function did not exist before the commit suspected of it: all of its code is that commit's."""
     try:
-        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
@@ -899,9 +903,16 @@ def forget_bytecode(path: Path) -> None:
 
 def function_text(tree: Path, file: str, qualname: str) -> str | None:
     path = tree / file
-    if not path.exists():
-        return None
-    data = path.read_bytes()
+    return _definition_text(file, path.read_bytes(), qualname) if path.exists() else None
+
+
+def function_text_at(repo: Path, ref: str, file: str, qualname: str) -> str | None:
+    """function_text of a checkout of `ref`, read from the commit's blob instead of a checkout."""
+    blob = next((data for _, data in tree_files(repo, ref, (), frozenset({file}))), None)
+    return _definition_text(file, blob, qualname) if blob is not None else None
+
+
+def _definition_text(file: str, data: bytes, qualname: str) -> str | None:
     symbol = definition(file, data, qualname)
     if symbol is None:
         return None

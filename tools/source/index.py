@@ -645,13 +645,20 @@ def _is_test_file(name: str) -> bool:
     return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
-def open_index(root: str | Path, *, commit: str | None = None, include_tests: bool = True) -> TreeSitterIndex:
+def open_index(
+    root: str | Path, *, commit: str | None = None, include_tests: bool = True, paths: Iterable[str] | None = None
+) -> TreeSitterIndex:
     """The index of a directory (cached on its files' mtimes and sizes) or of a commit of the
-    git repo at `root` (cached on the commit sha; read from git objects, no checkout)."""
+    git repo at `root` (cached on the commit sha; read from git objects, no checkout).
+
+    `paths` (a commit only): index just those files of it, for a caller that looks only at them
+    (a diff's files): what it sees of them is the whole index's, and a commit of a ~3000-file tree
+    is then read and indexed in a fraction of a second instead of seconds."""
     root = Path(root).resolve()
     with _BUILDING:  # a prefetch_index still at work: wait for it, then take its index from the cache
         if commit is not None:
-            return _index_at_commit(root, resolve(root, commit), include_tests)
+            only = frozenset(paths) if paths is not None else None
+            return _index_at_commit(root, resolve(root, commit), include_tests, only)
         return _index_of_tree(root, tuple(source_files(root, include_tests)))
 
 
@@ -683,7 +690,7 @@ def commit_changes(root: str | Path, sha: str, diff_text: str, head: TreeSitterI
     after it becomes a change of it). A symbol `head` no longer has (same file and qualname) is
     left out; module-level changes stay."""
     try:
-        at = open_index(root, commit=sha, include_tests=False)
+        at = open_index(root, commit=sha, include_tests=False, paths=diff_paths(diff_text))
     except GitError:
         return head.symbols_for_hunks(diff_text)
     out = []
@@ -702,11 +709,16 @@ def _index_of_tree(root: Path, fingerprint: tuple[tuple[str, int, int], ...]) ->
     return TreeSitterIndex(root, ((path, (root / path).read_bytes()) for path, _m, _s in fingerprint))
 
 
-@functools.lru_cache(maxsize=8)
-def _index_at_commit(root: Path, sha: str, include_tests: bool) -> TreeSitterIndex:
+def diff_paths(diff_text: str) -> set[str]:
+    """Every file a unified diff names, on either side. Pure."""
+    return {p for fd in parse_unified_diff(diff_text) for p in (fd.old_path, fd.new_path) if p}
+
+
+@functools.lru_cache(maxsize=32)
+def _index_at_commit(root: Path, sha: str, include_tests: bool, paths: frozenset[str] | None) -> TreeSitterIndex:
     files = (
         (path, data)
-        for path, data in tree_files(root, sha, tuple(LANGUAGES))
+        for path, data in tree_files(root, sha, tuple(LANGUAGES), paths)
         if len(data) <= MAX_FILE_BYTES and (include_tests or not _is_test_path(path))
     )
     return TreeSitterIndex(root, files)

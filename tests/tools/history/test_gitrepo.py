@@ -124,6 +124,10 @@ def test_tree_files_reads_every_blob_of_a_commit_in_gitpython_traversal_order(tm
         for suffixes in ((), (".py",), (".py", ".cpp")):
             assert list(gitrepo.tree_files(repo, ref, suffixes)) == walked(ref, suffixes)
     assert ("a/b/d/e.py", "E = 'é'\n".encode()) in list(gitrepo.tree_files(repo, second, (".py",)))
+    some = frozenset({"a/b/c.py", "a/x.cpp", "nowhere.py"})
+    assert list(gitrepo.tree_files(repo, second, (".py",), some)) == [
+        (p, d) for p, d in walked(second, (".py",)) if p in some
+    ]
 
 
 def test_temporary_worktree_is_detached_and_removed_on_every_exit(tmp_path):

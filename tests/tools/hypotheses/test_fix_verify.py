@@ -422,7 +422,8 @@ def test_a_comment_only_change_is_not_reverted_and_does_not_refute_its_function(
     nothing about the function."""
     import subprocess
 
-    from tools.hypotheses.verify import revert_and_probe
+    from tools.history import gitrepo
+    from tools.hypotheses.verify import function_text, function_text_at, revert_and_probe
     from tools.source.index import same_code
 
     repo = tmp_path / "repo"
@@ -437,6 +438,9 @@ def test_a_comment_only_change_is_not_reverted_and_does_not_refute_its_function(
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
     h = Hypothesis("vec.c", "vec_sum", sha.strip(), "kernel", 0.3, "", [], score=4.0)
     prober = Prober()
-    outcome, before, after = revert_and_probe(repo, h, Reproduction(True, scenario(), None), prober)
+    with gitrepo.worktree_pool():
+        outcome, before, after = revert_and_probe(repo, h, Reproduction(True, scenario(), None), prober)
+        assert not gitrepo._POOL.idle  # judged on HEAD's blob: no scratch checkout taken
     assert outcome is None and prober.engine_runs == 0 and before != after and same_code("vec.c", before, after)
+    assert before == function_text(repo, "vec.c", "vec_sum") == function_text_at(repo, "HEAD", "vec.c", "vec_sum")
     assert not same_code("vec.c", before, before.replace("s += x[i]", "s -= x[i]"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.source.index import SourceIndex, TreeSitterIndex, commit_changes, open_index, parse_file
+from tools.source.index import SourceIndex, TreeSitterIndex, commit_changes, diff_paths, open_index, parse_file
 
 KV_CACHE = textwrap.dedent('''\
     """Paged KV cache."""
@@ -274,6 +274,39 @@ def test_a_commit_s_changes_are_mapped_on_its_own_tree_not_on_a_later_one(tmp_pa
     mapped = commit_changes(repo, added, diff, head)
     assert {c.symbol.qualname for c in mapped if c.symbol} == {"helper"}
     assert all(c.symbol is None or c.symbol == head.find(c.symbol.qualname)[0] for c in mapped)
+
+
+def test_a_commit_s_index_of_some_paths_sees_those_files_as_the_whole_index_does(tmp_path):
+    """A commit's index restricted to a diff's files holds exactly those files, with the whole
+    index's symbols, texts and call edges for them, and maps the diff's hunks as the whole index
+    does: what commit_changes builds, reading only the files a commit touched."""
+    repo = write_tree(tmp_path / "repo", {"tinyserve/kv_cache.py": KV_CACHE, "csrc/kernels.cu": KERNELS})
+    write_tree(
+        repo, {"tinyserve/rotary.py": "def apply_rotary(x):\n    return x\n", "tests/test_r.py": "def t():\n    pass\n"}
+    )
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    write_tree(
+        repo, {"tinyserve/rotary.py": "def apply_rotary(x):\n    return -helper(x)\n\n\ndef helper(x):\n    return x\n"}
+    )
+    write_tree(repo, {"tests/test_r.py": "def t():\n    return 1\n"})
+    git(repo, "commit", "-q", "-am", "change")
+    diff = git(repo, "diff", "HEAD~1", "HEAD")
+    assert diff_paths(diff) == {"tinyserve/rotary.py", "tests/test_r.py"}
+
+    whole = open_index(repo, commit="HEAD", include_tests=False)
+    some = open_index(repo, commit="HEAD", include_tests=False, paths=diff_paths(diff))
+    assert set(some.texts) == {"tinyserve/rotary.py"}  # the test file stays out, as in the whole index
+    assert some.symbols == [s for s in whole.symbols if s.file == "tinyserve/rotary.py"]
+    for s in some.symbols:
+        assert some.read(s) == whole.read(s) and some.callees(s) == whole.callees(s)
+    assert some.symbols_for_hunks(diff) == whole.symbols_for_hunks(diff)
+    head = open_index(repo, include_tests=False)
+    assert {c.symbol.qualname for c in commit_changes(repo, "HEAD", diff, head) if c.symbol} == {
+        "apply_rotary",
+        "helper",
+    }
 
 
 def test_runtime_objects_map_to_symbols(engine_tree, monkeypatch):
