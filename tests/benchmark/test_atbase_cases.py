@@ -13,10 +13,11 @@ from benchmark.authoring.tinyserve_atbase import CASES, CASES_DIR
 from benchmark.authoring.tinyserve_atbase_heldout import CASES as HELDOUT_CASES
 from benchmark.authoring.tinyserve_atbase_heldout4 import CASES as HELDOUT4_CASES
 from benchmark.authoring.tinyserve_atbase_heldout5 import CASES as HELDOUT5_CASES
+from benchmark.authoring.tinyserve_atbase_heldout5b import CASES as HELDOUT5B_CASES
 from benchmark.cases import load_case, load_truth
 
-# the held-out at-base cases (2301-2304, 2501-2504, 2701-2706) share the per-case checks
-ALL_CASES = CASES + HELDOUT_CASES + HELDOUT4_CASES + HELDOUT5_CASES
+# the held-out at-base cases (2301-2304, 2501-2504, 2701-2706, 2721-2726) share the per-case checks
+ALL_CASES = CASES + HELDOUT_CASES + HELDOUT4_CASES + HELDOUT5_CASES + HELDOUT5B_CASES
 IDS = [c.id for c in ALL_CASES]
 
 
@@ -39,7 +40,7 @@ def test_the_at_base_track_spans_six_categories():
     assert len({c.issue_number for c in ALL_CASES}) == len(ALL_CASES)
 
 
-@pytest.mark.parametrize("case_id", [c.id for c in HELDOUT_CASES + HELDOUT4_CASES + HELDOUT5_CASES])
+@pytest.mark.parametrize("case_id", [c.id for c in HELDOUT_CASES + HELDOUT4_CASES + HELDOUT5_CASES + HELDOUT5B_CASES])
 def test_a_held_out_issue_names_neither_the_faulty_function_nor_its_file(case_id: str):
     case = load_case(CASES_DIR / case_id)
     truth = load_truth(case)
