@@ -23,6 +23,8 @@ NOISE_FLOOR = {"float64": 1e-10, "float32": 2e-5, "float16": 1e-3, "bfloat16": 8
 # near-ties legitimately flip under each dtype's noise.
 TOKEN_MARGIN = {"float64": 1e-6, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
 THRESHOLD = 4.0  # ratio above which a row diverges
+# A trace's rows need no digit whose rounding is below this share of the compare's noise floor.
+STORED_DIGITS_MARGIN = 1e-4
 NONFINITE_ERROR = 1.0  # relative error charged to a row whose inf/nan pattern differs
 
 
@@ -95,6 +97,17 @@ class Divergence:
             "positions": self.positions,
             "ratio": round(self.ratio, 3),
         }
+
+
+def stored_precision(compared_in: str) -> torch.dtype:
+    """The narrowest float dtype whose rounding (half an ulp, relative) is negligible next to the noise
+    floor of a compare in `compared_in`: float32 for the 16-bit dtypes (6e-8 against floors of 1e-3 and
+    more), float64 for float32 and float64. A high-precision reference's float64 rows judged against a
+    bf16 target were half of a probe's trace bytes, with four orders of magnitude of digits unused."""
+    for dtype in (torch.float32, torch.float64):
+        if torch.finfo(dtype).eps / 2 <= STORED_DIGITS_MARGIN * NOISE_FLOOR[compared_in]:
+            return dtype
+    return torch.float64
 
 
 def row_errors(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
