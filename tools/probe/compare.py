@@ -30,6 +30,9 @@ THRESHOLD = 4.0  # ratio above which a row diverges
 # the F(k, k) distribution (err^2 of a k-component Gaussian noise is a chi-square with k degrees of
 # freedom). From 7 components on it is below THRESHOLD, which then decides alone.
 TWO_DRAW_RATIO = (636.6, 31.61, 11.88, 7.31, 5.45, 4.48)
+# Errors of target and reference that place at least this share of their energy on the same elements
+# are alike enough to be two draws of one noise (`judged_ratio`).
+SHARED_ERROR = 0.5
 # A trace's rows need no digit whose rounding is below this share of the compare's noise floor.
 STORED_DIGITS_MARGIN = 1e-4
 NONFINITE_ERROR = 1.0  # relative error charged to a row whose inf/nan pattern differs
@@ -174,23 +177,31 @@ def row_noise(err_r: torch.Tensor, floor: float) -> torch.Tensor:
     return torch.maximum(err_r.clamp_min(floor), err_r.median()) if len(err_r) else err_r
 
 
+def shared_error(d_t: torch.Tensor, d_r: torch.Tensor) -> torch.Tensor:
+    """[P, F] error rows of target and reference -> [P] the share of each error's energy the two place on
+    the same elements (the overlap of d^2 / |d|^2 as distributions: 1 when alike, 0 when disjoint)."""
+    p_t, p_r = (d.pow(2) / d.pow(2).sum(-1, keepdim=True).clamp_min(1e-300) for d in (d_t, d_r))
+    return torch.minimum(p_t, p_r).sum(-1)
+
+
 def judged_ratio(
     err_t: torch.Tensor, err_r: torch.Tensor, t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
-):
+) -> torch.Tensor:
     """[P] row errors of target and reference, [P, F] rows t, r, y -> [P] ratio against `row_noise`,
-    divided by how far beyond THRESHOLD two correct runs' errors can lie (TWO_DRAW_RATIO) on rows measured
-    against their own err_R where few elements hold both errors: there err_R is one draw of a noise of a
-    few components, not its scale (a row dominated by one massive activation, as in SmolLM2's layer-2 MLP,
-    sees bf16 sdpa's error at that element 3-6x eager's at random). A target error spread over more
-    elements than the reference's is not that noise, and keeps its ratio."""
-    noise = row_noise(err_r, floor)
-    ratio = err_t / noise
-    suspect = torch.nonzero((ratio > THRESHOLD) & (noise == err_r) & (err_r > floor)).flatten()
+    divided by how far beyond THRESHOLD two correct runs' errors can lie (TWO_DRAW_RATIO) on rows whose
+    errors, in both runs, are held by a few elements, mostly the same ones: there the noise is a draw of
+    a few numbers, whose size one run's draw does not bound (a row dominated by one massive activation,
+    as in SmolLM2's layer-2 MLP and the residual stream after it, sees bf16 sdpa's error at that element
+    3-18x eager's at random). A target error on other elements, or spread wider, keeps its ratio."""
+    ratio = err_t / row_noise(err_r, floor)
+    suspect = torch.nonzero((ratio > THRESHOLD) & (err_r > 0)).flatten()
     if not len(suspect):
         return ratio
-    t_rows, r_rows, y_rows = (x[suspect].double() for x in (t, r, y))
-    components = torch.maximum(noise_components(t_rows - y_rows), noise_components(r_rows - y_rows))
-    ratio[suspect] = ratio[suspect] / (two_draw_ratio(components) / THRESHOLD).clamp_min(1.0)
+    d_t, d_r = (x[suspect].double() - y[suspect].double() for x in (t, r))
+    components = torch.maximum(noise_components(d_t), noise_components(d_r))
+    alike = shared_error(d_t, d_r) >= SHARED_ERROR
+    spread = torch.where(alike, two_draw_ratio(components), torch.ones_like(components))
+    ratio[suspect] = ratio[suspect] / (spread / THRESHOLD).clamp_min(1.0)
     return ratio
 
 

@@ -218,13 +218,17 @@ def test_a_reference_row_close_to_y_by_chance_is_measured_against_its_tap_s_nois
 def test_an_error_held_by_one_massive_activation_is_judged_as_two_draws_of_one_number():
     """SmolLM2's layer-2 MLP activation (issue 14): a row dominated by one element, whose bf16 error in
     both engines is that element's alone; sdpa's came out 3-6x eager's. Two draws of a one-component
-    noise differ that much often (F(1, 1)); a target error spread over the row is not that noise."""
+    noise differ that much often (F(1, 1)); a target error spread over the row, or held by another
+    element, is not that noise."""
     y = torch.randn(30, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     y[:, 5] = 40.0  # the massive activation
     r, t = noisy(y, torch.full((30,), 0.02, dtype=torch.float64), 1), noisy(y, torch.full((30,), 0.02), 2)
     r[3, 5], t[3, 5] = 40.0 * 1.06, 40.0 * (1 - 0.3)  # both errors held by that element, t's 5x r's
     assert float(compare.robust_ratio(t, r, y, 8e-3)[0][3]) > compare.THRESHOLD
     assert float(judged(t, r, y).max()) < compare.THRESHOLD
+    elsewhere = t.clone()
+    elsewhere[3, 5], elsewhere[3, 9] = y[3, 5], y[3, 9] + 12.0  # one element again, but not the noisy one: a bug
+    assert float(judged(elsewhere, r, y)[3]) > compare.THRESHOLD
     spread = noisy(y, torch.full((30,), 0.3), 3)  # the same size of error on every element: a bug
     t[3] = spread[3]
     assert float(judged(t, r, y)[3]) > compare.THRESHOLD
