@@ -3,8 +3,8 @@
 For a tap: Y = reference at high precision, R = reference at the target's dtype,
 T = target. Per row: err_T = ||T-Y||/||Y||, err_R = ||R-Y||/||Y||,
 ratio = err_T / max(err_R, floor[dtype]). A correct implementation sits near 1. The probe's taps
-(`tap_stats`) measure each row against no less than its tap's median err_R, and discount rows whose
-err_R is held by a few elements (`judged_ratio`): there one draw of the noise says little of its scale.
+(`tap_stats`) discount rows whose errors, in both runs, are held by a few elements, the same ones
+(`judged_ratio`): there one run's draw of the noise says little of its scale.
 """
 
 from __future__ import annotations
@@ -169,14 +169,6 @@ def two_draw_ratio(components: torch.Tensor) -> torch.Tensor:
     return table[k - 1]
 
 
-def row_noise(err_r: torch.Tensor, floor: float) -> torch.Tensor:
-    """[P] reference errors of a tap's rows -> [P] the noise each row's error is measured against: the
-    row's own, but no less than the dtype's floor nor than the tap's median over its rows. err_R is one
-    draw of the noise: a row where the reference came out close to Y by chance (SmolLM2's layer-23
-    attention output, a third of its tap's median) is not a measure of the noise's scale."""
-    return torch.maximum(err_r.clamp_min(floor), err_r.median()) if len(err_r) else err_r
-
-
 def shared_error(d_t: torch.Tensor, d_r: torch.Tensor) -> torch.Tensor:
     """[P, F] error rows of target and reference -> [P] the share of each error's energy the two place on
     the same elements (the overlap of d^2 / |d|^2 as distributions: 1 when alike, 0 when disjoint)."""
@@ -187,13 +179,13 @@ def shared_error(d_t: torch.Tensor, d_r: torch.Tensor) -> torch.Tensor:
 def judged_ratio(
     err_t: torch.Tensor, err_r: torch.Tensor, t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
 ) -> torch.Tensor:
-    """[P] row errors of target and reference, [P, F] rows t, r, y -> [P] ratio against `row_noise`,
-    divided by how far beyond THRESHOLD two correct runs' errors can lie (TWO_DRAW_RATIO) on rows whose
+    """[P] row errors of target and reference, [P, F] rows t, r, y -> [P] robust ratio (err_T / max(err_R,
+    floor)), divided by how far beyond THRESHOLD two correct runs' errors can lie (TWO_DRAW_RATIO) on rows whose
     errors, in both runs, are held by a few elements, mostly the same ones: there the noise is a draw of
     a few numbers, whose size one run's draw does not bound (a row dominated by one massive activation,
     as in SmolLM2's layer-2 MLP and the residual stream after it, sees bf16 sdpa's error at that element
     3-18x eager's at random). A target error on other elements, or spread wider, keeps its ratio."""
-    ratio = err_t / row_noise(err_r, floor)
+    ratio = err_t / err_r.clamp_min(floor)
     suspect = torch.nonzero((ratio > THRESHOLD) & (err_r > 0)).flatten()
     if not len(suspect):
         return ratio

@@ -345,8 +345,9 @@ def write_blocks(path: Path, blocks: list[TapBlock], widest: torch.dtype | None 
 
 def narrowed(dtype: torch.dtype, widest: torch.dtype | None) -> torch.dtype:
     """`dtype`, or `widest` when both are floats and `dtype` is wider."""
-    wider = widest is not None and dtype.is_floating_point and widest.is_floating_point
-    return widest if wider and dtype.itemsize > widest.itemsize else dtype  # type: ignore[return-value]
+    if widest is None or not (dtype.is_floating_point and widest.is_floating_point):
+        return dtype
+    return widest if dtype.itemsize > widest.itemsize else dtype
 
 
 class TensorFile:
