@@ -62,18 +62,17 @@ def one_round(scenario, taps) -> dict:
     high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
     low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
     comparing = time.perf_counter()
-    if taps is None:
-        compare_traces(scenario, target, low, high)
+    verdict = compare_traces(scenario, target, low, high).summary if taps is None else None
     parts: dict[str, float] = {}
     for trace in (target, high, low):
         for part, seconds in trace.meta.get("timing", {}).items():
             parts[part] = parts.get(part, 0.0) + seconds
     end = time.perf_counter()
-    return {"total_s": end - start, **parts, "compare_s": end - comparing}
+    return {"total_s": end - start, **parts, "compare_s": end - comparing, "verdict": verdict}
 
 
 def medians(rounds: list[dict]) -> dict:
-    return {k: round(statistics.median(r.get(k, 0.0) for r in rounds), 2) for k in rounds[0]}
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rounds), 2) for k in rounds[0] if k != "verdict"}
 
 
 def main(argv=None) -> int:
@@ -107,6 +106,7 @@ def main(argv=None) -> int:
                 "ratio": round(q["total_s"] / p["total_s"], 2),
                 "plain_parts_median_s": p,
                 "probe_parts_median_s": q,
+                "verdicts": [r["verdict"] for r in probe],
             },
             indent=2,
         )

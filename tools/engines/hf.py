@@ -44,9 +44,9 @@ from tools.engines.recorder import (
     Undo,
     chosen_logprobs,
     copy_rows,
+    derived_dtype,
     hooks_held,
     record_teacher_head,
-    stored_dtype,
 )
 from tools.probe import taps as tapnames
 from tools.probe.trace import RequestOutput, TapRecord, Trace
@@ -424,7 +424,7 @@ def _record_generate_head(
         for b, r in enumerate(members):
             pos = [len(prompts[r]) - 1 + k]
             tok = torch.tensor([[float(out.sequences[b, width + k])]], dtype=torch.float64)
-            kept = stored_dtype(scores.dtype)  # float64 only for a float64 run's rows: they are vocabulary-wide
+            kept = derived_dtype(scores.dtype)  # float64 only for a float64 run's rows: they are vocabulary-wide
             rows = {
                 "logits": copy_rows(raw[b : b + 1]),
                 "sampler.logits": copy_rows(scores[b : b + 1]),

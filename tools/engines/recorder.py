@@ -3,7 +3,7 @@
 An adapter finds the tensors (forward hooks, an emit callback) and says which request and token
 position each row belongs to; `HookRecorder` decides what is wanted, injects reference rows
 (tensor replacement, tools/engines/injection.py), copies what it keeps (hooks must clone:
-fused in-place kernels overwrite buffers later) in float32 or wider, and orders the records.
+fused in-place kernels overwrite buffers later) in the dtype they were computed in, and orders the records.
 `hooks_held` removes every hook it was handed, whatever happens.
 """
 
@@ -57,10 +57,17 @@ class RowMap:
 
 
 def stored_dtype(computed: torch.dtype) -> torch.dtype:
-    """The dtype a tap computed in `computed` is kept in: float64 stays, anything else is float32 (exact
-    for bf16 / fp16 values, and far below any dtype's noise floor for rows the recorder derives in
-    float64, such as the reference sampler's probabilities of a bf16 run)."""
-    return torch.float64 if computed == torch.float64 else torch.float32
+    """The dtype a tap computed in `computed` is captured in: that one. Every value is kept exactly and
+    the compare upcasts (tools.probe.compare.row_errors works in float64); a 16-bit run's taps upcast to
+    float32 at capture were twice the bytes to copy, write and read back for no digit of information."""
+    return computed
+
+
+def derived_dtype(run: torch.dtype) -> torch.dtype:
+    """The dtype of rows the recorder derives in float64 from a run computing in `run` (the reference
+    sampler's logits and probabilities): float64 for a float64 run, else float32, far below any
+    16-bit dtype's noise floor (a bf16 run's vocabulary rows in float64 were most of its trace's bytes)."""
+    return torch.float64 if run == torch.float64 else torch.float32
 
 
 def copy_rows(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -134,13 +141,12 @@ def record_teacher_head(
 ) -> None:
     """Head taps of one teacher-forced sequence (step 0): its logits, and the reference sampler's
     logits, probabilities and chosen tokens at every sampled position (tools.probe.sampling_ref),
-    computed in float64 and kept as wide as the run (`stored_dtype`): a bf16 run's vocabulary rows
-    in float64 were most of its trace's bytes."""
+    computed in float64 and kept as `derived_dtype` of the run."""
     from tools.probe.sampling_ref import processed_logits
 
-    positions, kept = list(range(len(seq))), stored_dtype(logits.dtype)
+    positions, kept = list(range(len(seq))), derived_dtype(logits.dtype)
     if rec.wants("logits"):
-        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, kept)))
+        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits)))
     sampled = list(range(n_prompt - 1, len(seq) - 1))
     if not sampled or not rec.wants("sampler.*"):
         return

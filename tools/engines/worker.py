@@ -57,6 +57,7 @@ def main(job_path: str, out_dir: str) -> int:
     from tools.engines.protocol import RunJob
     from tools.probe import trace as trace_io
     from tools.probe.checkpoints import cache_root
+    from tools.probe.compare import stored_precision
 
     codecache.install(cache_root() / "bytecode")  # before the tree under test is imported
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
@@ -76,7 +77,7 @@ def main(job_path: str, out_dir: str) -> int:
     if checks_root:
         trace.meta["function_checks"] = judge(calls, contract_context(engine, job))
     saving = time.monotonic()
-    trace_io.save(trace, out_dir)
+    trace_io.save(trace, out_dir, widest=stored_precision(job.scenario.target.dtype))
     # where the worker's time went, for benchmark.perf (the runner adds start-up and loading)
     timing = {"engine_s": saving - started, "save_s": time.monotonic() - saving}
     (Path(out_dir) / "timing.json").write_text(json.dumps(timing))

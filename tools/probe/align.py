@@ -60,6 +60,8 @@ def tap_rows(blocks: list[TapBlock]) -> TapRows:
     """The blocks of one (tap, request) -> their rows sorted by position, the last row of a position winning."""
     parts = [(b.tensor, b.positions, b.steps()) for b in blocks]  # once per block: a lazy block reads its file
     tensor, positions, steps = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts, strict=True))
+    if bool((positions[1:] > positions[:-1]).all()):  # one row per position, in order (the usual case): no copy
+        return TapRows(positions.tolist(), steps.tolist(), tensor)
     keep = last_row_per_position(positions)
     return TapRows(positions[keep].tolist(), steps[keep].tolist(), tensor[keep])
 
@@ -129,4 +131,8 @@ def _rows_at(rows: TapRows, positions: list[int]) -> tuple[torch.Tensor, list[in
     """rows, sorted positions they all hold -> ([len(positions), F] their rows there, the row indices)."""
     row_of = {p: i for i, p in enumerate(rows.positions)}
     picked = [row_of[p] for p in positions]
-    return (rows.tensor[picked] if picked else rows.tensor[:0]), picked
+    if not picked:
+        return rows.tensor[:0], picked
+    if picked[-1] - picked[0] + 1 == len(picked):  # consecutive rows (sorted and distinct): a view, no copy
+        return rows.tensor[picked[0] : picked[-1] + 1], picked
+    return rows.tensor[picked], picked

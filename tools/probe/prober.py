@@ -135,6 +135,7 @@ class Prober:
                 str(source),
                 checkpoint,
                 [r.sampling for r in scenario.requests],
+                str(compare.stored_precision(scenario.target.dtype)),  # the digits its trace keeps
             ],
             sort_keys=True,
             default=str,

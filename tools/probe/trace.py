@@ -46,7 +46,7 @@ class TapRecord:
     step: int  # engine step (prefill chunk or decode step) that computed these rows
     request: int  # request index in the scenario
     positions: list[int]  # token positions of the rows, in row order
-    tensor: torch.Tensor  # [tokens, features], float32 or wider, on CPU
+    tensor: torch.Tensor  # [tokens, features], in the dtype the engine computed it in (or wider), on CPU
     rank: int = 0  # tensor-parallel rank that reported it (after gathering: 0)
 
 
@@ -222,11 +222,13 @@ class Trace:
         return [o.prompt_ids + o.output_ids for o in self.outputs]
 
 
-def save(trace: Trace, out_dir: str | Path) -> Path:
+def save(trace: Trace, out_dir: str | Path, widest: torch.dtype | None = None) -> Path:
+    """`widest`: rows in a wider float dtype are written in this one (tools.probe.compare.stored_precision:
+    digits below the compare's noise floor, which no ratio can see, are not worth writing and reading)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     blocks = trace.blocks()
-    write_blocks(out / "taps.safetensors", blocks)
+    write_blocks(out / "taps.safetensors", blocks, widest)
     doc = {
         "format": FORMAT,
         "engine": trace.engine,
@@ -315,13 +317,15 @@ SAFETENSORS_DTYPES = {
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 
 
-def write_blocks(path: Path, blocks: list[TapBlock]) -> None:
+def write_blocks(path: Path, blocks: list[TapBlock], widest: torch.dtype | None = None) -> None:
     """Blocks -> one .safetensors file, the header first (from the blocks' layouts), then one block at
-    a time: saving a trace built from records holds one block's rows concatenated, not a copy of all."""
+    a time: saving a trace built from records holds one block's rows concatenated, not a copy of all.
+    `widest`: float rows wider than it are written in it."""
     header: dict[str, dict] = {}
     offset = 0
     for i, block in enumerate(blocks):
         for suffix, (dtype, shape) in zip(BLOCK_TENSORS, block.layouts(), strict=True):
+            dtype = narrowed(dtype, widest)
             size = dtype.itemsize * math.prod(shape)
             header[f"b{i}{suffix}"] = {
                 "dtype": SAFETENSORS_NAMES[dtype],
@@ -335,7 +339,15 @@ def write_blocks(path: Path, blocks: list[TapBlock]) -> None:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for block in blocks:
             for x in block.tensors():
-                f.write(x.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+                x = x.detach().cpu().to(narrowed(x.dtype, widest))
+                f.write(x.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+
+
+def narrowed(dtype: torch.dtype, widest: torch.dtype | None) -> torch.dtype:
+    """`dtype`, or `widest` when both are floats and `dtype` is wider."""
+    if widest is None or not (dtype.is_floating_point and widest.is_floating_point):
+        return dtype
+    return widest if dtype.itemsize > widest.itemsize else dtype
 
 
 class TensorFile:

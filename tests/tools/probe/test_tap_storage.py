@@ -1,12 +1,13 @@
-"""What the capture keeps (issue 14, probe cost): vocabulary-wide head taps as wide as the run (float32
-unless the run is float64), and the same verdicts as when they were all kept in float64; the top-k
-bounds found without sorting the vocabulary equal their counting definition."""
+"""What the capture keeps (issue 14, probe cost): taps in the dtype they were computed in, rows no wider
+than the compare needs (float32 against a 16-bit target), and the same verdicts as with every row in
+float64; the top-k bounds found without sorting the vocabulary equal their counting definition."""
 
 from __future__ import annotations
 
 import torch
 
 from tools.probe import taps as tapnames
+from tools.probe.compare import stored_precision
 from tools.probe.prober import Prober, compare_traces
 from tools.probe.sampling_ref import top_k_bounds
 from tools.probe.trace import TapRecord, Trace
@@ -28,36 +29,50 @@ def scenario(dtype: str):
 
 
 def widened(trace: Trace) -> Trace:
-    """The trace with its head taps in float64, as the capture kept them before."""
-    records = [
-        TapRecord(r.name, r.step, r.request, r.positions, r.tensor.double(), r.rank)
-        if r.name in tapnames.HEAD_TAPS
-        else r
-        for r in trace.records
-    ]
+    """The trace with every row in float64, as the capture once kept a float64 run's (and wider than it
+    kept a 16-bit run's: float32)."""
+    records = [TapRecord(r.name, r.step, r.request, r.positions, r.tensor.double(), r.rank) for r in trace.records]
     return Trace(trace.engine, trace.dtype, trace.outputs, records, trace.meta)
 
 
-def head_dtypes(trace: Trace) -> set[torch.dtype]:
-    return {r.tensor.dtype for r in trace.records if r.name in tapnames.HEAD_TAPS and r.name != "sampler.token"}
+def dtypes(trace: Trace, head: bool) -> set[torch.dtype]:
+    """The dtypes of its vocabulary-wide head taps (`head`) or of its other taps."""
+    vocabulary = set(tapnames.HEAD_TAPS) - {"sampler.token"}
+    return {r.tensor.dtype for r in trace.records if (r.name in vocabulary) == head and r.name != "sampler.token"}
 
 
-def test_head_taps_are_kept_as_wide_as_the_run_and_judge_as_in_float64():
+def test_taps_are_kept_as_computed_or_as_wide_as_the_compare_needs_and_judge_as_in_float64():
+    """Issue 14, probe cost: a bf16 run's layer taps are kept in bf16 (not upcast at capture), the
+    float64 reference's rows in float32 (`stored_precision`), rows derived in float64 from a bf16 run
+    (the sampler's probabilities) in float32; the verdict is the one of every row in float64."""
     sc = scenario("bfloat16")
     prober = Prober()
     target = prober.run_target(sc, None)
     high = prober.run_reference(sc, sc.reference.dtype, target.sequences(), None)
     low = prober.run_reference(sc, sc.target.dtype, target.sequences(), None)
-    assert head_dtypes(target) == head_dtypes(low) == {torch.float32}
-    assert head_dtypes(high) == {torch.float64}
+    assert dtypes(target, head=False) == dtypes(low, head=False) == {torch.bfloat16}
+    # raw logits as computed; the sampler's rows (generate's float32 scores, rows derived in float64) float32
+    assert dtypes(target, head=True) == dtypes(low, head=True) == {torch.bfloat16, torch.float32}
+    assert dtypes(high, head=False) == dtypes(high, head=True) == {torch.float32}
     kept, wide = compare_traces(sc, target, low, high), compare_traces(sc, *(widened(t) for t in (target, low, high)))
     assert kept.to_dict() == wide.to_dict()
     assert {s.tap for s in kept.stats} >= {"logits", "sampler.logits", "sampler.probs", "sampler.token"}
     for a, b in zip(kept.stats, wide.stats, strict=True):
         assert (a.tap, a.request, a.rows, a.first_step) == (b.tap, b.request, b.rows, b.first_step)
         assert (a.over_positions, a.over_steps, a.nonfinite) == (b.over_positions, b.over_steps, b.nonfinite)
-        # float32 rounding of rows derived in float64 (~1e-7 relative) against floors of 2e-5 and more
-        assert abs(a.max_ratio - b.max_ratio) <= 1e-3 * (1 + b.max_ratio), a.tap
+        assert a.max_ratio == b.max_ratio, a.tap  # the same rows: widening to float64 changes no digit
+
+
+def test_a_float32_compare_keeps_the_float64_reference_whole():
+    """Against a float32 target, float32 rounding of the reference (6e-8) would be 1/300 of the floor:
+    the float64 rows are kept as they are."""
+    sc = scenario("float32")
+    prober = Prober()
+    target = prober.run_target(sc, None)
+    high = prober.run_reference(sc, sc.reference.dtype, target.sequences(), None)
+    assert dtypes(high, head=False) == {torch.float64}
+    assert stored_precision("bfloat16") == stored_precision("float16") == torch.float32
+    assert stored_precision("float32") == stored_precision("float64") == torch.float64
 
 
 def counted_top_k_bounds(x: torch.Tensor, k: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
