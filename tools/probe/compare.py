@@ -2,9 +2,7 @@
 
 For a tap: Y = reference at high precision, R = reference at the target's dtype,
 T = target. Per row: err_T = ||T-Y||/||Y||, err_R = ||R-Y||/||Y||,
-ratio = err_T / max(err_R, floor[dtype]). A correct implementation sits near 1. The probe's taps
-(`tap_stats`) discount rows whose errors, in both runs, are held by a few elements, the same ones
-(`judged_ratio`): there one run's draw of the noise says little of its scale.
+ratio = err_T / max(err_R, floor[dtype]). A correct implementation sits near 1.
 """
 
 from __future__ import annotations
@@ -25,14 +23,6 @@ NOISE_FLOOR = {"float64": 1e-10, "float32": 2e-5, "float16": 1e-3, "bfloat16": 8
 # near-ties legitimately flip under each dtype's noise.
 TOKEN_MARGIN = {"float64": 1e-6, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
 THRESHOLD = 4.0  # ratio above which a row diverges
-# The ratio that two errors of one correct implementation's noise exceed with probability 1e-3, by how
-# many independent components that noise spreads over (k = 1, 2, ...): sqrt of the 1 - 1e-3 quantile of
-# the F(k, k) distribution (err^2 of a k-component Gaussian noise is a chi-square with k degrees of
-# freedom). From 7 components on it is below THRESHOLD, which then decides alone.
-TWO_DRAW_RATIO = (636.6, 31.61, 11.88, 7.31, 5.45, 4.48)
-# Errors of target and reference that place at least this share of their energy on the same elements
-# are alike enough to be two draws of one noise (`judged_ratio`).
-SHARED_ERROR = 0.5
 # A trace's rows need no digit whose rounding is below this share of the compare's noise floor.
 STORED_DIGITS_MARGIN = 1e-4
 NONFINITE_ERROR = 1.0  # relative error charged to a row whose inf/nan pattern differs
@@ -155,48 +145,6 @@ def robust_ratio(t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
     return err_t / err_r.clamp_min(floor), err_t, err_r, bool(bad_t.any())
 
 
-def noise_components(d: torch.Tensor) -> torch.Tensor:
-    """[P, F] error rows -> [P] how many elements each row's error spreads over (the participation
-    ratio of d^2: F when all share it equally, 1 when one element holds it all)."""
-    sq = d.double().pow(2)
-    return sq.sum(-1).pow(2) / sq.pow(2).sum(-1).clamp_min(1e-300)
-
-
-def two_draw_ratio(components: torch.Tensor) -> torch.Tensor:
-    """[P] components of the reference's error -> [P] the ratio two draws of that noise reach (1e-3)."""
-    table = torch.tensor((*TWO_DRAW_RATIO, 1.0), dtype=torch.float64)
-    k = components.floor().long().clamp(1, len(TWO_DRAW_RATIO) + 1)
-    return table[k - 1]
-
-
-def shared_error(d_t: torch.Tensor, d_r: torch.Tensor) -> torch.Tensor:
-    """[P, F] error rows of target and reference -> [P] the share of each error's energy the two place on
-    the same elements (the overlap of d^2 / |d|^2 as distributions: 1 when alike, 0 when disjoint)."""
-    p_t, p_r = (d.pow(2) / d.pow(2).sum(-1, keepdim=True).clamp_min(1e-300) for d in (d_t, d_r))
-    return torch.minimum(p_t, p_r).sum(-1)
-
-
-def judged_ratio(
-    err_t: torch.Tensor, err_r: torch.Tensor, t: torch.Tensor, r: torch.Tensor, y: torch.Tensor, floor: float
-) -> torch.Tensor:
-    """[P] row errors of target and reference, [P, F] rows t, r, y -> [P] robust ratio (err_T / max(err_R,
-    floor)), divided by how far beyond THRESHOLD two correct runs' errors can lie (TWO_DRAW_RATIO) on rows whose
-    errors, in both runs, are held by a few elements, mostly the same ones: there the noise is a draw of
-    a few numbers, whose size one run's draw does not bound (a row dominated by one massive activation,
-    as in SmolLM2's layer-2 MLP and the residual stream after it, sees bf16 sdpa's error at that element
-    3-18x eager's at random). A target error on other elements, or spread wider, keeps its ratio."""
-    ratio = err_t / err_r.clamp_min(floor)
-    suspect = torch.nonzero((ratio > THRESHOLD) & (err_r > 0)).flatten()
-    if not len(suspect):
-        return ratio
-    d_t, d_r = (x[suspect].double() - y[suspect].double() for x in (t, r))
-    components = torch.maximum(noise_components(d_t), noise_components(d_r))
-    alike = shared_error(d_t, d_r) >= SHARED_ERROR
-    spread = torch.where(alike, two_draw_ratio(components), torch.ones_like(components))
-    ratio[suspect] = ratio[suspect] / (spread / THRESHOLD).clamp_min(1.0)
-    return ratio
-
-
 # Taps where engines may legitimately mask different entries with -inf (transformers reports its
 # logits after top-k/top-p, vLLM-style engines before): compared on the entries finite in both;
 # truncation itself is judged on `sampler.probs`.
@@ -227,8 +175,7 @@ def tap_stats(aligned: Iterable[Aligned], dtype: str) -> list[TapStat]:
         if a.tap in SAMPLING_JUDGED:
             continue
         t, r, y = common_finite(a.t, a.r, a.y) if a.tap in MASK_TOLERANT else (a.t, a.r, a.y)
-        _, err_t, err_r, nonfinite = robust_ratio(t, r, y, floor)
-        ratio = judged_ratio(err_t, err_r, t, r, y, floor)
+        ratio, _, _, nonfinite = robust_ratio(t, r, y, floor)
         stats.append(summarize(a.tap, a.request, a.positions, a.steps, ratio, nonfinite))
     return stats
 

@@ -188,42 +188,15 @@ def test_a_tap_s_summary_keeps_where_it_diverges_in_runs_not_rows():
     assert compare.runs([5, 1, 2, 2, 3]) == (range(1, 4), range(5, 6)) and compare.runs([]) == ()
 
 
-def noisy(y: torch.Tensor, scale: torch.Tensor, seed: int) -> torch.Tensor:
-    """y [P, F] plus Gaussian noise of relative size scale [P] per row, spread over every element."""
-    g = torch.Generator().manual_seed(seed)
-    d = torch.randn(y.shape, generator=g, dtype=torch.float64)
-    return y + d * (scale * y.norm(dim=-1) / d.norm(dim=-1))[:, None]
-
-
-def judged(t, r, y, floor=8e-3):
-    _, err_t, err_r, _ = compare.robust_ratio(t, r, y, floor)
-    return compare.judged_ratio(err_t, err_r, t, r, y, floor)
-
-
-def test_an_error_held_by_one_massive_activation_is_judged_as_two_draws_of_one_number():
-    """SmolLM2's layer-2 MLP activation (issue 14): a row dominated by one element, whose bf16 error in
-    both engines is that element's alone; sdpa's came out 3-6x eager's. Two draws of a one-component
-    noise differ that much often (F(1, 1)); a target error spread over the row, or held by another
-    element, is not that noise."""
-    y = torch.randn(30, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    y[:, 5] = 40.0  # the massive activation
-    r, t = noisy(y, torch.full((30,), 0.02, dtype=torch.float64), 1), noisy(y, torch.full((30,), 0.02), 2)
-    r[3, 5], t[3, 5] = 40.0 * 1.06, 40.0 * (1 - 0.3)  # both errors held by that element, t's 5x r's
-    assert float(compare.robust_ratio(t, r, y, 8e-3)[0][3]) > compare.THRESHOLD
-    assert float(judged(t, r, y).max()) < compare.THRESHOLD
-    elsewhere = t.clone()
-    elsewhere[3, 5], elsewhere[3, 9] = y[3, 5], y[3, 9] + 12.0  # one element again, but not the noisy one: a bug
-    assert float(judged(elsewhere, r, y)[3]) > compare.THRESHOLD
-    spread = noisy(y, torch.full((30,), 0.3), 3)  # the same size of error on every element: a bug
-    t[3] = spread[3]
-    assert float(judged(t, r, y)[3]) > compare.THRESHOLD
-
-
-def test_noise_components_count_the_elements_an_error_spreads_over():
-    d = torch.zeros(3, 8, dtype=torch.float64)
-    d[0, 2] = 1.0
-    d[1] = 1.0
-    d[2, :2] = torch.tensor([3.0, -3.0])
-    assert compare.noise_components(d).tolist() == [1.0, 8.0, 2.0]
-    k = torch.tensor([1.0, 1.9, 6.5, 7.0, 300.0], dtype=torch.float64)
-    assert compare.two_draw_ratio(k).tolist() == [636.6, 636.6, 4.48, 1.0, 1.0]
+def test_an_error_on_one_massive_activation_is_still_a_divergence():
+    """A row dominated by one element (SmolLM2's layer-2 MLP activation, issue 14) whose target error sits on
+    that element: the probe flags it. A discount for "two draws of a one-number noise" was tried and left out:
+    it would also hide a bug that scales the dominant activation by 0.7."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(30, 256, dtype=torch.float64, generator=g)
+    y[:, 5] = 40.0
+    r = y + 1e-3 * torch.randn(y.shape, dtype=torch.float64, generator=g)
+    t = r.clone()
+    t[3, 5] = 40.0 * 0.7
+    ratio = compare.robust_ratio(t, r, y, 8e-3)[0]
+    assert float(ratio[3]) > compare.THRESHOLD and float(ratio[torch.arange(30) != 3].max()) < compare.THRESHOLD

@@ -65,9 +65,8 @@ def test_bf16_sdpa_against_fp32_eager_has_no_false_alarm(correct_probe):
     strict=False,
     reason="2026-12-01: layers.23.attn.out and attn.o_proj cross ratio 4 (max 4.44) without staying elevated "
     "downstream (so no divergence is reported): on that row the bf16 eager reference came out at a third of "
-    "its tap's median error and sdpa at twice it, an error spread over ~27 elements (not the few-element "
-    "noise compare.judged_ratio discounts); measuring rows against their tap's median error cleared it but "
-    "hid the layer-17 fault below",
+    "its tap's median error and sdpa at twice it, an error spread over ~27 elements; measuring rows against "
+    "their tap's median error cleared it but hid the layer-17 fault below",
 )
 def test_bf16_sdpa_against_fp32_eager_crosses_no_threshold(correct_probe):
     assert correct_probe.divergent_taps == [], correct_probe.layers
