@@ -68,6 +68,7 @@ COMMON = {
     "top-p",
     "min-p",
     "penalty",
+    "penalty-state",
 }
 
 
