@@ -838,6 +838,26 @@ def is_penalty_state(_name: str, params: tuple[str, ...]) -> bool:
     return has(params, "prompt") and has(params, "output") and not has(params, "logit", "text", "str")
 
 
+def check_temperature(inputs: dict, output, _ctx: dict) -> float | None:
+    """logits / T per row, T from the call's own inputs or state (rows with T <= 0 are greedy: an engine
+    may leave them as they are or scale them, so they are not judged)."""
+    x, got = first_tensor(inputs), out_tensor(output)
+    if x is None or got is None or got.shape != x.shape or x.dim() != 2:
+        return None
+    value = next((v for k, v in state_items(inputs).items() if "temperature" in k.lower()), None)
+    t = per_row(value, x.shape[0], 1.0) if value is not None else None
+    if t is None:
+        return None
+    rows = t > 0
+    if not bool(rows.any()):
+        return None
+    return row_error(got[rows], x.double()[rows] / t[rows].view(-1, 1))
+
+
+def is_temperature(name: str, params: tuple[str, ...]) -> bool:
+    return "temperature" in name.lower() and has(params, "logit")
+
+
 def given_distribution(inputs: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
     """([S, V] logits, [S, V] probabilities) when a call is handed both (a cut that reuses a softmax
     computed elsewhere); None otherwise."""
@@ -1129,6 +1149,9 @@ CONTRACTS: list[Contract] = [
         is_penalty,
         check_penalty,
         dtype_tolerance,
+    ),
+    Contract(
+        "temperature", "sampler", "logits / T per row (T > 0)", is_temperature, check_temperature, dtype_tolerance
     ),
     Contract(
         "penalty-state",

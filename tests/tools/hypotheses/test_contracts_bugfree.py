@@ -69,6 +69,7 @@ COMMON = {
     "min-p",
     "penalty",
     "penalty-state",
+    "temperature",
 }
 
 

@@ -196,3 +196,15 @@ def test_a_state_that_counts_the_prompt_for_every_penalty_is_flagged_on_tinyserv
     found = verdicts(broken_tree(tmp_path, old, new))
     assert found["SamplingTensors.build"]["violations"] > 0
     assert found["LogitsAdjuster.apply_penalties"]["violations"] == 0
+
+
+def test_temperature_step_divides_each_row_by_its_own_temperature():
+    torch.manual_seed(4)
+    x = torch.randn(3, V) * 3
+    st = {"temperature": torch.tensor([0.5, 1.0, 0.0]), "greedy": torch.tensor([False, False, True])}
+    right = x.clone()
+    right[:2] = x[:2] / st["temperature"][:2].view(-1, 1)
+    name, size, tol = judge("apply_temperature", {"logits": x, "st": st}, right)
+    assert name == "temperature" and size < tol  # the greedy row (T = 0) is not judged
+    assert judge("apply_temperature", {"logits": x, "st": st}, x * 0.5)[1] > 100 * tol  # multiplied, not divided
+    assert judge("apply_temperature", {"logits": x, "st": st}, right.flip(0))[1] > 100 * tol  # another row's T
