@@ -72,7 +72,7 @@ def snapshot_param(name: str, value: object) -> object:
     return snapshot(value)
 
 
-MAX_STATE_ELEMENTS = 1 << 24  # a dataclass argument holding more tensor data (a cache) is not copied
+MAX_STATE_ELEMENTS = 1 << 22  # a dataclass argument holding more tensor data (a cache) is not copied
 
 
 def small_dataclass(value: object) -> bool:
