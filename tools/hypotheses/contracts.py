@@ -707,9 +707,9 @@ def check_penalty(inputs: dict, output, ctx: dict) -> float | None:
     tools/probe/sampling_ref.penalize). Otherwise only what any definition implies: penalties that
     are all non-negative never raise a logit (the largest rise, relative to the largest logit)."""
     x, got = first_tensor(inputs), out_tensor(output)
-    if x is None or got is None or got.shape != x.shape or x.dim() != 2:
+    if x is None or got is None or got.shape != x.shape:
         return None
-    state = penalty_state(inputs, *x.shape)
+    state = penalty_state(inputs, *x.shape) if x.dim() == 2 else None
     if state is not None:
         return row_error(got, sampling_ref.penalize(x, *state))
     for s in ctx.get("sampling", []):
@@ -819,7 +819,7 @@ def check_penalty_state(inputs: dict, attrs, _ctx: dict) -> float | None:
     reference reads: seen = any occurrence in prompt or output, counts = occurrences in the output
     only. The size is the share of [S, V] entries where the state the object carries says otherwise."""
     prompts, outputs = param(inputs, "prompt"), param(inputs, "output")
-    if not isinstance(attrs, dict) or not isinstance(prompts, (list, tuple)) or not isinstance(outputs, list):
+    if not isinstance(attrs, dict) or not isinstance(prompts, (list, tuple)) or not isinstance(outputs, (list, tuple)):
         return None
     rows = len(prompts)
     vocab = next((v.shape[1] for v in attrs.values() if isinstance(v, torch.Tensor) and v.dim() == 2), None)
