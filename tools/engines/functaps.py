@@ -58,14 +58,32 @@ def snapshot(value: object, depth: int = 0) -> object:
 
 def snapshot_param(name: str, value: object) -> object:
     """A parameter's copy; a `config` object that can write itself out as a dict (an HF-format
-    config, DESIGN §1) is kept as that dict, so a contract can read the settings it was given."""
+    config, DESIGN §1) is kept as that dict, so a contract can read the settings it was given; a
+    small dataclass of tensors (a batch's sampling state: per-row penalties, seen-token masks) is
+    kept as the dict of its plain-data fields, so a contract can read the state a step was given."""
     to_dict = getattr(value, "to_dict", None)
     if name == "config" and callable(to_dict) and not isinstance(value, type):
         try:
             return snapshot(to_dict())
         except Exception:  # a config that cannot write itself out is an object like any other
             return DROPPED
+    if small_dataclass(value):
+        return attributes(value)
     return snapshot(value)
+
+
+MAX_STATE_ELEMENTS = 1 << 22  # a dataclass argument holding more tensor data (a cache) is not copied
+
+
+def small_dataclass(value: object) -> bool:
+    import dataclasses
+
+    import torch
+
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return False
+    fields = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    return sum(t.numel() for t in fields if isinstance(t, torch.Tensor)) <= MAX_STATE_ELEMENTS
 
 
 def attributes(value: object) -> dict:

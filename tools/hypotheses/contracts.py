@@ -666,6 +666,9 @@ def kept_mismatch(inputs: dict, output, setting: dict) -> float | None:
     """Share of entries where the function's kept set ([S, V], finite = kept) leaves the rule's:
     every surely kept token must be kept, no surely dropped one may be (tools/probe/sampling_ref)."""
     x = first_tensor(inputs)
+    given = given_distribution(inputs)
+    if given is not None:  # judged on the distribution it was handed (inconsistent_inputs says if that is wrong)
+        x = given[1].double().clamp_min(1e-300).log().masked_fill(given[1] <= 0, float("-inf"))
     if x is None or not isinstance(output, torch.Tensor) or output.shape != x.shape or x.dim() != 2:
         return None
     kept, bad = torch.isfinite(output), 0
@@ -698,11 +701,17 @@ def is_cut(word: str, *param_words: str):
 
 
 def check_penalty(inputs: dict, output, ctx: dict) -> float | None:
-    """Penalties that are all non-negative (repetition >= 1, presence and frequency >= 0) can only
-    lower a logit, never raise one: the size is the largest rise, relative to the largest logit."""
+    """With the penalty state the function was given readable (per-row penalties and the tokens seen,
+    `penalty_state`): the largest per-row relative error against the reference penalties computed
+    from that state (repetition over prompt + output, presence / frequency over output counts,
+    tools/probe/sampling_ref.penalize). Otherwise only what any definition implies: penalties that
+    are all non-negative never raise a logit (the largest rise, relative to the largest logit)."""
     x, got = first_tensor(inputs), out_tensor(output)
     if x is None or got is None or got.shape != x.shape:
         return None
+    state = penalty_state(inputs, *x.shape) if x.dim() == 2 else None
+    if state is not None:
+        return row_error(got, sampling_ref.penalize(x, *state))
     for s in ctx.get("sampling", []):
         if (
             s.get("repetition_penalty", 1.0) < 1.0
@@ -714,8 +723,159 @@ def check_penalty(inputs: dict, output, ctx: dict) -> float | None:
     return float(rise.max() / x.double()[finite].abs().max().clamp_min(1e-30))
 
 
+def row_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """[S, V] x2 -> the largest per-row relative error over the entries finite in both; a row whose
+    -inf entries differ is off by 1 (a masked token unmasked, or the reverse)."""
+    worst = 0.0
+    for g, w in zip(got.double(), want.double()):
+        both = torch.isfinite(g) & torch.isfinite(w)
+        if not bool((torch.isfinite(g) == torch.isfinite(w)).all()):
+            return 1.0
+        worst = max(worst, rel_err(g[both], w[both]) if bool(both.any()) else 0.0)
+    return worst
+
+
 def is_penalty(name: str, params: tuple[str, ...]) -> bool:
     return "penalt" in name.lower() and has(params, "logit")
+
+
+# The per-row settings of a penalty step, under the names serving engines give them, and their
+# neutral values (a row that sets none is left as it is).
+PENALTY_SETTINGS = (("repetition", 1.0), ("presence", 0.0), ("frequency", 0.0))
+
+
+def state_items(inputs: dict) -> dict:
+    """A call's inputs with a state object's fields (a dict, functaps.snapshot_param) lifted beside them."""
+    flat = {k: v for k, v in inputs.items() if not isinstance(v, dict)}
+    for v in inputs.values():
+        if isinstance(v, dict):
+            flat.update({k: w for k, w in v.items() if k not in flat})
+    return flat
+
+
+def per_row(value, rows: int, neutral: float) -> torch.Tensor | None:  # a setting -> [S] fp64
+    if value is None:
+        return torch.full((rows,), neutral, dtype=torch.float64)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.full((rows,), float(value), dtype=torch.float64)
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() in (1, rows):
+        return value.double().reshape(-1).expand(rows).clone()
+    return None
+
+
+def vocab_table(value, rows: int, vocab: int) -> torch.Tensor | None:
+    """What a history entry says per vocabulary entry: [S, V] occurrences, from a [S, V] mask or count
+    table, or from each row's token ids (a list per row, or a padded [S, L] id tensor)."""
+    if isinstance(value, torch.Tensor) and value.shape == (rows, vocab) and not value.is_floating_point():
+        return value.long()
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 2
+        and value.shape[0] == rows
+        and not value.is_floating_point()
+    ):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and len(value) == rows and all(isinstance(r, (list, tuple)) for r in value):
+        if all(isinstance(i, int) for r in value for i in r):
+            return torch.stack([sampling_ref.token_counts(list(r), vocab) for r in value])
+    return None
+
+
+def token_history(items: dict, rows: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """([S, V] seen in prompt or output, [S, V] output counts) from the history entries a state names
+    (`prompt_mask`, `output_counts`, `token_counts`, `prompt_token_ids`, …): seen is any occurrence in
+    any of them; the counts are those of the entries named for the output, or of all when none is."""
+    tables = {
+        k: t
+        for k, v in items.items()
+        if any(w in k.lower() for w in ("prompt", "output", "token", "count", "seen"))
+        and (t := vocab_table(v, rows, vocab)) is not None
+    }
+    if not tables:
+        return None
+    seen = torch.stack([t > 0 for t in tables.values()]).any(0)
+    named_output = [t for k, t in tables.items() if "output" in k.lower()]
+    counts = sum(named_output or list(tables.values()), torch.zeros(rows, vocab, dtype=torch.long))
+    return seen, counts
+
+
+def penalty_state(inputs: dict, rows: int, vocab: int) -> tuple | None:
+    """(seen [S, V], counts [S, V], repetition [S], presence [S], frequency [S]) a penalty step was given,
+    or None when it names no per-row setting or no token history."""
+    items = state_items(inputs)
+    settings = []
+    for word, neutral in PENALTY_SETTINGS:
+        value = next((v for k, v in items.items() if word in k.lower()), None)
+        settings.append(per_row(value, rows, neutral))
+    named = any(word in k.lower() for k in items for word, _ in PENALTY_SETTINGS)
+    history = token_history(items, rows, vocab)
+    if not named or history is None or any(s is None for s in settings):
+        return None
+    return (*history, *settings)
+
+
+def check_penalty_state(inputs: dict, attrs, _ctx: dict) -> float | None:
+    """A penalty state built from each row's prompt and output tokens (its own inputs) must say what the
+    reference reads: seen = any occurrence in prompt or output, counts = occurrences in the output
+    only. The size is the share of [S, V] entries where the state the object carries says otherwise."""
+    prompts, outputs = param(inputs, "prompt"), param(inputs, "output")
+    if not isinstance(attrs, dict) or not isinstance(prompts, (list, tuple)) or not isinstance(outputs, (list, tuple)):
+        return None
+    rows = len(prompts)
+    vocab = next((v.shape[1] for v in attrs.values() if isinstance(v, torch.Tensor) and v.dim() == 2), None)
+    if vocab is None or len(outputs) != rows or rows == 0:
+        return None
+    history = token_history(attrs, rows, vocab)
+    want_p, want_o = vocab_table(list(prompts), rows, vocab), vocab_table(list(outputs), rows, vocab)
+    if history is None or want_p is None or want_o is None:
+        return None
+    seen, counts = history
+    wrong = (seen != ((want_p + want_o) > 0)) | (counts != want_o)
+    return float(wrong.double().mean())
+
+
+def is_penalty_state(_name: str, params: tuple[str, ...]) -> bool:
+    return has(params, "prompt") and has(params, "output") and not has(params, "logit", "text", "str")
+
+
+def check_temperature(inputs: dict, output, _ctx: dict) -> float | None:
+    """logits / T per row, T from the call's own inputs or state (rows with T <= 0 are greedy: an engine
+    may leave them as they are or scale them, so they are not judged)."""
+    x, got = first_tensor(inputs), out_tensor(output)
+    if x is None or got is None or got.shape != x.shape or x.dim() != 2:
+        return None
+    value = next((v for k, v in state_items(inputs).items() if "temperature" in k.lower()), None)
+    t = per_row(value, x.shape[0], 1.0) if value is not None else None
+    if t is None:
+        return None
+    rows = t > 0
+    if not bool(rows.any()):
+        return None
+    return row_error(got[rows], x.double()[rows] / t[rows].view(-1, 1))
+
+
+def is_temperature(name: str, params: tuple[str, ...]) -> bool:
+    return "temperature" in name.lower() and has(params, "logit")
+
+
+def given_distribution(inputs: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """([S, V] logits, [S, V] probabilities) when a call is handed both (a cut that reuses a softmax
+    computed elsewhere); None otherwise."""
+    x, probs = first_tensor(inputs), param(inputs, "prob")
+    if x is None or not isinstance(probs, torch.Tensor) or probs is x or probs.shape != x.shape or x.dim() != 2:
+        return None
+    return x, probs
+
+
+def inconsistent_inputs(inputs: dict) -> float:
+    """How far the probabilities a call is handed are from the softmax of the logits it is handed
+    (largest |difference|; 0 when it is not handed both): a cut judged on the probabilities it was
+    given can be right while what it was given is wrong, and then whoever computed them is."""
+    given = given_distribution(inputs)
+    if given is None:
+        return 0.0
+    x, probs = given
+    return float((torch.softmax(x.double(), -1) - probs.double()).abs().max())
 
 
 # ---------------------------------------------------------------- quantization
@@ -983,7 +1143,24 @@ CONTRACTS: list[Contract] = [
         fixed(0.0),
     ),
     Contract(
-        "penalty", "sampler", "non-negative penalties never raise a logit", is_penalty, check_penalty, dtype_tolerance
+        "penalty",
+        "sampler",
+        "repetition over prompt + output, presence / frequency over output counts, from the state it is given",
+        is_penalty,
+        check_penalty,
+        dtype_tolerance,
+    ),
+    Contract(
+        "temperature", "sampler", "logits / T per row (T > 0)", is_temperature, check_temperature, dtype_tolerance
+    ),
+    Contract(
+        "penalty-state",
+        "sampler",
+        "seen = any occurrence in its prompt or output tokens, counts = occurrences in the output only",
+        is_penalty_state,
+        check_penalty_state,
+        fixed(0.0),
+        judges_attributes=True,
     ),
     Contract(
         "int8-quantizer",
@@ -1047,6 +1224,7 @@ def judge(calls, context: dict) -> list[dict]:
             continue
         tol = contract.tolerance(output)
         v = verdicts.setdefault(call.function, new_verdict(call, contract, tol))
+        v["inconsistent_inputs"] = max(v["inconsistent_inputs"], inconsistent_inputs(call.inputs))
         v["calls"] += 1
         v["callees"] = sorted(set(v["callees"]) | set(getattr(call, "callees", ())))
         v["settings"] = sorted(set(v["settings"]) | set(settings(call.inputs)))
@@ -1072,6 +1250,7 @@ def new_verdict(call, contract: Contract, tol: float) -> dict:
         "parent": call.parent,
         "callees": [],
         "settings": [],
+        "inconsistent_inputs": 0.0,  # largest |softmax(logits) - probs| over the calls handed both
     }
 
 

@@ -312,11 +312,36 @@ def _add_contract_evidence(
             continue
         _get(cands, sym).add("contract", line, WEIGHTS["contract"] - 2.0 * min(rank, 2))
         rank += 1
+    _add_feeder_evidence(cands, index, verdicts, failing, among)
     for v in verdicts if among is None else []:
         sym = _symbol(index, v["function"])
         if not v["violations"] and sym is not None and (sym.file, sym.qualname) in cands:
             cands[(sym.file, sym.qualname)].add(
                 "contract_ok", f"keeps its contract ({v['rule']}) on {v['calls']} calls"
+            )
+
+
+# Largest |softmax(logits) - probs| a correct caller leaves between the two it hands a function (fp32 softmax).
+INCONSISTENT_PROBS = 1e-3
+
+
+def _add_feeder_evidence(cands, index, verdicts: list[dict], failing, among) -> None:
+    """A function handed probabilities that are not the softmax of the logits it is handed computes
+    its role from a wrong input: the caller that computed and handed them over is the candidate
+    (one that ran and, with a culprit, that the culprit changed)."""
+    for v in verdicts:
+        if v.get("inconsistent_inputs", 0.0) <= INCONSISTENT_PROBS:
+            continue
+        file, _, qualname = v["function"].partition(":")
+        short = qualname.rsplit(".", 1)[-1]
+        for sym in index.callers(short):
+            changed = among is None or (sym.file, sym.qualname) in among
+            if sym.file != file or not changed or ran_status(failing, sym.file, sym.qualname) is False:
+                continue
+            _get(cands, sym).add(
+                "feeds",
+                f"hands {short} probabilities that are not the softmax of the logits it hands it "
+                f"(|difference| up to {v['inconsistent_inputs']:.3g}), and {short} computes its role from them",
             )
 
 

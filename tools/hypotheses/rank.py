@@ -26,7 +26,8 @@ WEIGHTS = {
     "refuted": -3.0,
     "contract": 10.0,  # breaks its own contract on its recorded inputs (tools.hypotheses.contracts)
     "contract_caller": 1.0,  # breaks it only where a callee that breaks it too is involved
-    "contract_ok": -1.5,  # keeps its contract on every recorded call
+    "contract_ok": -1.5,
+    "feeds": 10.0,  # hands a function of a known role inputs that contradict each other (probs vs logits)  # keeps its contract on every recorded call
     "setting": 3.0,  # named after a setting given to functions that keep their contracts where it diverges
 }
 

@@ -57,6 +57,23 @@ def presence_frequency(x: torch.Tensor, output: list[int], presence: float, freq
     return x - presence * (counts > 0).to(x.dtype) - frequency * counts
 
 
+def penalize(
+    x: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, rep: torch.Tensor, pres: torch.Tensor, freq: torch.Tensor
+) -> torch.Tensor:
+    """[S, V] logits, [S, V] seen in prompt or output, [S, V] output counts, [S] penalties -> [S, V] fp64:
+    the batched form of `repetition_penalty` then `presence_frequency` (a row's own penalties)."""
+    x = x.double()
+    r = rep.double().view(-1, 1)
+    x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
+    counts = counts.double()
+    return x - pres.double().view(-1, 1) * (counts > 0).double() - freq.double().view(-1, 1) * counts
+
+
+def token_counts(ids: list[int], vocab: int) -> torch.Tensor:  # token ids -> [V] occurrences (ids outside dropped)
+    t = torch.tensor([i for i in ids if 0 <= i < vocab], dtype=torch.long)
+    return torch.bincount(t, minlength=vocab)[:vocab]
+
+
 def top_k_mask(x: torch.Tensor, k: int) -> torch.Tensor:
     if k <= 0 or k >= x.shape[-1]:
         return x

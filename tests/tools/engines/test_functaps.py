@@ -78,3 +78,26 @@ def test_objects_that_are_not_plain_data_are_dropped_and_nothing_outside_root_is
     with function_taps(str(tmp_path), lambda name, params: True) as calls:
         ops.identity(object())
     assert calls[0].inputs["y"] == DROPPED and calls[0].output == DROPPED
+
+
+def test_a_small_dataclass_argument_is_kept_as_its_fields_and_a_large_one_is_dropped():
+    """A batch's sampling state (a dataclass of per-row settings and [S, V] tables) reaches the penalty
+    contract as its fields; one holding more tensor data than a state does (a cache) is not copied."""
+    import dataclasses
+
+    import torch
+
+    from tools.engines.functaps import DROPPED, MAX_STATE_ELEMENTS, snapshot_param
+
+    @dataclasses.dataclass
+    class State:
+        penalty: torch.Tensor
+        seen: torch.Tensor
+        generators: list
+
+    small = State(torch.ones(2), torch.zeros(2, 8, dtype=torch.bool), [object()])
+    kept = snapshot_param("st", small)
+    assert set(kept) == {"penalty", "seen", "generators"} and torch.equal(kept["seen"], small.seen)
+    small.seen[0, 0] = True  # a copy: later writes do not reach it
+    assert not bool(kept["seen"].any())
+    assert snapshot_param("cache", State(torch.ones(MAX_STATE_ELEMENTS + 1), torch.zeros(1), [])) == DROPPED

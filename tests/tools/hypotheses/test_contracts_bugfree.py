@@ -68,6 +68,8 @@ COMMON = {
     "top-p",
     "min-p",
     "penalty",
+    "penalty-state",
+    "temperature",
 }
 
 

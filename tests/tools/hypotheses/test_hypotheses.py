@@ -77,3 +77,33 @@ def test_a_function_named_after_a_setting_of_kernels_that_keep_their_contract_is
     cands = {}
     _add_setting_evidence(cands, index, [{**kept, "violations": 1}], drill, None)
     assert cands == {}
+
+
+def test_the_caller_that_hands_a_cut_probabilities_of_other_logits_is_the_suspect(tmp_path: Path):
+    """A cut judged right on the probabilities it was handed, which are not the softmax of the logits it
+    was handed: the caller in its file that computed them is suspected (one that ran; with a culprit,
+    one the culprit changed), not the cut and not an unrelated caller elsewhere."""
+    from tools.hypotheses.coverage import Coverage
+    from tools.hypotheses.gather import _add_feeder_evidence
+    from tools.source.index import open_index
+
+    (tmp_path / "sampler.py").write_text(
+        "class Sampler:\n"
+        "    def apply_top_p(self, logits, top_p, probs):\n        return logits\n\n"
+        "    def forward(self, logits):\n        probs = logits.softmax(-1)\n"
+        "        return self.apply_top_p(logits / 2, 0.9, probs)\n"
+    )
+    (tmp_path / "other.py").write_text("def elsewhere(s, x):\n    return s.apply_top_p(x, 0.9, x)\n")
+    index = open_index(tmp_path, include_tests=False)
+    verdict = {"function": "sampler.py:Sampler.apply_top_p", "contract": "top-p", "violations": 0,
+               "inconsistent_inputs": 0.4}  # fmt: skip
+    ran = Coverage(frozenset({"sampler.py:Sampler.forward", "sampler.py:Sampler.apply_top_p", "other.py:elsewhere"}))
+    cands: dict = {}
+    _add_feeder_evidence(cands, index, [verdict], ran, None)
+    assert list(cands) == [("sampler.py", "Sampler.forward")]
+    assert "not the softmax" in cands[("sampler.py", "Sampler.forward")].evidence[0]
+    cands = {}
+    _add_feeder_evidence(cands, index, [verdict], ran, {("sampler.py", "Sampler.apply_top_p")})  # forward unchanged
+    assert cands == {}
+    _add_feeder_evidence(cands, index, [{**verdict, "inconsistent_inputs": 1e-7}], ran, None)  # consistent inputs
+    assert cands == {}
