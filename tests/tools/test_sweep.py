@@ -201,7 +201,9 @@ def test_cell_scenarios_switch_their_features_and_keep_user_options():
 def test_workloads_vary_sampling_per_request_mix_lengths_and_carry_multi_byte_text():
     target = EngineSpec("tinyserve", "float32", {})
     sampled = scenario_of(Cell("llama", "float32", "none", "sampled"), target, FEATURES).requests
-    assert [r.greedy for r in sampled].count(True) == 1  # a greedy request with penalties among sampled ones
+    assert [r.greedy for r in sampled].count(True) == 2  # plain greedy and greedy with penalties among sampled ones
+    penalised = [any(r.sampling.get(k) for k in ("repetition_penalty", "presence_penalty")) for r in sampled]
+    assert penalised[0] is False and all(penalised[1:])  # the penalised rows are a subset after an unpenalised one
     for key in ("temperature", "top_k", "min_p", "presence_penalty", "repetition_penalty"):
         assert len({r.sampling.get(key) for r in sampled}) > 1, key  # one batch, settings differ per request
     assert any(r.sampling.get("top_k") for r in sampled) and any(r.sampling.get("min_p", 0) >= 0.1 for r in sampled)
@@ -212,6 +214,16 @@ def test_workloads_vary_sampling_per_request_mix_lengths_and_carry_multi_byte_te
     text = [r.prompt for r in staggered if r.prompt is not None]
     widths = {len(ch.encode()) for ch in text[0]}
     assert {1, 2, 3, 4} <= widths  # ASCII, Latin/Greek, CJK and an emoji: UTF-8 pieces of every width
+
+
+def test_staggered_workload_holds_a_whole_cached_prompt_and_one_differing_at_a_blocks_last_token():
+    requests = WORKLOADS["staggered"](None)
+    first = requests[0]["prompt_ids"]
+    later = [r for r in requests if r.get("arrival_step", 0) > 0 and "prompt_ids" in r]
+    whole = [r["prompt_ids"] for r in later if first[: len(r["prompt_ids"])] == r["prompt_ids"]]
+    assert any(all(len(p) % size == 0 for size in (4, 16, 32)) for p in whole)  # every block of it cached
+    differing = [r["prompt_ids"] for r in later if r["prompt_ids"][:31] == first[:31]]
+    assert any(p[31] != first[31] and len(p) > 32 for p in differing)  # 31: a block's last token at 4, 16, 32
 
 
 def _r(arch, features, workload, tap, status="diverge"):
@@ -335,3 +347,5 @@ def test_long_workload_batches_two_windowed_rows_of_different_lengths_within_eig
         past = [n for n in lengths if n > (window or 36)]
         assert len(set(past)) == 2 and min(lengths) < 16
         assert max(lengths) + 10 <= 8 * 16  # the long request and its decode fit the small pool
+        # ... and a 128-token pretraining length (rope_dynamic's) while the batch's rows together pass it
+        assert max(lengths) + 10 <= 128 < sum(lengths)

@@ -105,10 +105,12 @@ TRIGGER_AXES = (
         ("int8", "8 bit"),
         alone=True,
     ),
+    # groups of 16, not the engine's default 32: checkpoints ship their own group size (GPTQ / AWQ: 128, not
+    # a reader's default), and a group size that is dropped on the way to the kernel shows only off the default
     TriggerAxis(
         "int4",
-        {"quantization": "int4"},
-        "int4 weight-only quantization, groups of 32 columns",
+        {"quantization": "int4", "quant_group_size": 16},
+        "int4 weight-only quantization, groups of 16 columns (not the engine's default 32)",
         "int4 quantization",
         ("int4", "4 bit", "nibble", "group size"),
         alone=True,
@@ -121,13 +123,15 @@ TRIGGER_AXES = (
         ("tensor parallel", "tp=2", "tp 2", "tp size", "sharded", "all reduce"),
         alone=True,
     ),
-    # A pool of 8 blocks of 16 tokens: each request of the sweep's workloads fits (the long prompt and
-    # its decode take all 8), the staggered requests together do not, so requests wait, get preempted and
-    # recomputed, and cached prefix blocks are evicted and reused. Alone: blocks of 4 would not fit.
+    # A pool of 6 blocks of 24 tokens: each request of the sweep's workloads fits (the long prompt and
+    # its decode take all 6), the staggered requests together do not, so requests wait, get preempted and
+    # recomputed, and cached prefix blocks are evicted and reused. Blocks of 24, not a power of two (hybrid
+    # models' pools size blocks to the state they page): a block edge that is no kernel tile's edge. Alone:
+    # blocks of 4 would not fit.
     TriggerAxis(
         "kv_pool",
-        {"num_kv_blocks": 8, "block_size": 16, "enable_prefix_caching": True},
-        "a KV pool of 8 blocks with prefix caching: preemption, eviction and block reuse",
+        {"num_kv_blocks": 6, "block_size": 24, "enable_prefix_caching": True},
+        "a KV pool of 6 blocks of 24 with prefix caching: preemption, eviction and block reuse",
         "a small KV pool",
         ("preempt", "evict", "kv pool", "num kv blocks", "num gpu blocks", "out of blocks", "free blocks"),
         "shared_prefix",
@@ -163,14 +167,18 @@ CONFIG_AXES = (
         },
     ),
     # served as it is meant to be: max_model_len at twice max_position_embeddings (the context the
-    # scaling exists for), prompts within the pretraining length, where it must be plain rope
+    # scaling exists for), prompts within the pretraining length, where it must be plain rope. A 128-token
+    # pretraining length (as 2k-4k is to real prompts): a batch's rows together pass it while each request
+    # stays within it, so a table sized by the forward's row count rather than its positions shows
     TriggerAxis(
         "rope_dynamic",
-        {"max_model_len": 2048},
-        "dynamic NTK rope scaling, factor 2, max_model_len twice the pretraining length, prompts within it",
+        {"max_model_len": 256},
+        "dynamic NTK rope scaling, factor 2 over a 128-token pretraining length, max_model_len twice it,"
+        " prompts within it (a batch's rows together past it)",
         "dynamic NTK rope scaling",
         ("dynamic", "ntk"),
         model={
+            "max_position_embeddings": 128,
             "omit_keys": _LEGACY_ROPE,
             "config_json": {"rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
         },
@@ -287,14 +295,20 @@ CONFIG_AXES = (
         ("precision", "longer prompts", "position", "activation"),
         model={"initializer_range": 0.2},
     ),
+    # Qwen2 exports slide only with use_sliding_window, and then only the layers from max_window_layers up
+    # (transformers' reading, which the export's layer_types records): here the top one of two
     TriggerAxis(
         "window_20",
         {},
-        "a 20-token sliding window: its edge inside a 16-token KV block",
+        "a 20-token sliding window: its edge inside a 16-token KV block; qwen2 with use_sliding_window and"
+        " max_window_layers 1",
         "sliding window size",
         ("window", "sliding"),
-        model={"sliding_window": 20},
-        archs=("mistral", "gemma2"),
+        model={
+            "sliding_window": 20,
+            "by_arch": {"qwen2": {"use_sliding_window": True, "max_window_layers": 1}},
+        },
+        archs=("mistral", "gemma2", "qwen2"),
     ),
 )
 

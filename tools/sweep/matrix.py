@@ -79,13 +79,22 @@ def _staggered(window: int | None) -> list[dict]:
     (the same block content where the cache must not match: a block's identity includes what
     precedes it); the fourth is text with multi-byte characters, sampled on for 16 tokens; the last
     extends the first's prompt after the first has finished (a chat's next turn: a hit on freed
-    blocks, or, in a small pool, on blocks evicted and reused meanwhile)."""
+    blocks, or, in a small pool, on blocks evicted and reused meanwhile). Two more while the first
+    decodes: one whose whole prompt is cached (the first's 32 leading tokens, a multiple of every
+    block size swept: no token left to compute unless the last is recomputed), and one that differs
+    from the first only from token 31 on (the last token of a block at sizes 4, 16 and 32: the
+    block must miss). Last, the third's prompt again once it has finished and its blocks may have
+    been evicted and handed to other requests (a retry after other traffic: the cache must not
+    serve a block that now holds someone else's keys)."""
     return [
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13], "max_tokens": 6},
         {"prompt_ids": SHARED_PREFIX + [21, 23], "max_tokens": 10, "arrival_step": 2},
         {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 6, "arrival_step": 2},
         {"prompt": MULTI_BYTE_TEXT, "max_tokens": 16, "arrival_step": 1, "sampling": dict(TEXT_SAMPLING)},
         {"prompt_ids": SHARED_PREFIX + [7, 9, 11, 13, 15, 17], "max_tokens": 3, "arrival_step": 8},
+        {"prompt_ids": SHARED_PREFIX[:32], "max_tokens": 4, "arrival_step": 4},
+        {"prompt_ids": SHARED_PREFIX[:31] + [450, 451, 452], "max_tokens": 4, "arrival_step": 5},
+        {"prompt_ids": SHARED_PREFIX[16:32] + list(range(300, 311)), "max_tokens": 3, "arrival_step": 18},
     ]
 
 
@@ -104,9 +113,11 @@ def _long(window: int | None) -> list[dict]:
 
 
 def _sampled(window: int | None) -> list[dict]:
-    """Three requests with different sampling in one batch: top-k/top-p/min-p with a repetition
+    """Four requests with different sampling in one batch: plain greedy (no penalty: the penalised
+    rows are a subset of the batch, not its first rows); top-k/top-p/min-p with a repetition
     penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties."""
     return [
+        {"prompt_ids": list(range(150, 166)), "max_tokens": 8, "sampling": {"temperature": 0.0}},
         {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
         {
             "prompt_ids": list(range(200, 214)),

@@ -54,7 +54,24 @@ def test_the_text_request_splits_characters_across_tokens_and_its_text_agrees():
 def test_per_request_sampling_in_one_batch_agrees():
     _, result = probe(Cell("llama", "float32", "none", "sampled"), {})
     assert not result.diverged, result.summary
-    assert len(result.target.outputs) == 3 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+    assert len(result.target.outputs) == 4 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+
+
+@pytest.mark.parametrize("feature", ["prefix_caching", "all"])
+def test_a_whole_prompt_served_from_the_prefix_cache_and_a_block_missing_on_its_last_token_agree(feature):
+    """The staggered workload's full-prompt hit and its block differing only in its last token, with
+    16-token blocks (prefix caching) and 4-token blocks with chunked prefill and speculation (all)."""
+    features = declared(TinyServeEngine().capabilities())
+    _, result = probe(Cell("llama", "float32", feature, "staggered"), features)
+    assert not result.diverged, result.summary
+
+
+def test_int4_off_its_default_group_size_agrees():
+    features = declared(TinyServeEngine().capabilities())
+    assert features["int4"].options["quant_group_size"] != 32  # the engine's default would hide a dropped one
+    _, result = probe(Cell("llama", "float32", "int4", "long"), features)
+    assert not result.diverged, result.summary
+    assert result.target.meta["weights"]["group_size"] == features["int4"].options["quant_group_size"]
 
 
 @pytest.mark.slow
