@@ -27,9 +27,10 @@ from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_di
 from tools.preflight import check_engine, check_options, check_target_source
 from tools.probe import compare
 from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
-from tools.scenario import EngineSpec, Scenario, load
+from tools.scenario import EngineSpec, Scenario, load, unhonoured_sampling
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
 from tools.sweep.matrix import (
+    WORKLOADS,
     Cell,
     ConfigVariant,
     Feature,
@@ -45,7 +46,8 @@ MINIMIZE_PROBES = 8  # probes spent shrinking one group's scenario
 
 def declared_axes(spec: EngineSpec, source: Path | None):
     """What the engine's adapter declares for the tree under test -> (its features: trigger axis
-    name -> the options that switch it on; its checkpoint config variants; its option canonicalizer)."""
+    name -> the options that switch it on; its checkpoint config variants; its option canonicalizer;
+    the request sampling keys it honours, None: all)."""
     from tools.engines import engine_capabilities
 
     caps = engine_capabilities(spec.engine, source)
@@ -53,7 +55,7 @@ def declared_axes(spec: EngineSpec, source: Path | None):
     variants = {
         axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options)) for axis in caps.config_axes
     }
-    return features, variants, caps.canonical_options
+    return features, variants, caps.canonical_options, caps.sampling_keys
 
 
 def ordered_cells(args, matrix, declared, variants, canonical) -> list[Cell]:
@@ -260,13 +262,23 @@ def main(argv: list[str] | None = None) -> int:
 def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[list[CellResult], list[Group], float]:
     """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`.
     `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused."""
-    declared, variants, canonical = declared_axes(args.spec, source)
+    declared, variants, canonical, sampling_keys = declared_axes(args.spec, source)
     matrix = load_matrix(args.matrix, declared, variants)
     reference = {"engine": args.reference} if args.reference else None
     cells = [
-        (c, scenario_of(c, args.spec, declared, reference, variants))
+        (c, scenario_of(c, args.spec, declared, reference, variants, sampling_keys))
         for c in ordered_cells(args, matrix, declared, variants, canonical)
     ]
+    left_out = sorted(
+        {
+            k
+            for w in WORKLOADS.values()
+            for r in w(None)
+            for k in unhonoured_sampling(r.get("sampling", {}), sampling_keys)
+        }
+    )
+    if left_out:
+        log(f"sampling {left_out} left out of the workloads: {args.spec.engine} does not honour them")
     start = time.monotonic()
     budget_s = args.budget_min * 60 if args.budget_min else None
     results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast)

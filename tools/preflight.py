@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tools.errors import BadInput
 from tools.probe import taps as tapnames
-from tools.scenario import EngineSpec, Scenario, ScenarioError
+from tools.scenario import EngineSpec, Scenario, ScenarioError, unhonoured_sampling
 
 if TYPE_CHECKING:  # the engine modules import torch: loaded only when a check needs them
     from tools.engines.protocol import Capabilities
@@ -279,4 +279,19 @@ def preflight(
     check_taps(taps, config)
     check_options(scenario.target, source, "target")
     check_options(scenario.reference, reference_source, "reference")
+    check_sampling(scenario, source)
     return source
+
+
+def check_sampling(scenario: Scenario, source: Path | None) -> None:
+    """Each request's sampling against the keys the target engine honours: one it would ignore is bad input,
+    not a divergence to report (the reference sampler applies every key)."""
+    caps = capabilities(scenario.target.engine, source)
+    honoured = caps.sampling_keys if caps is not None else None
+    for i, req in enumerate(scenario.requests):
+        ignored = unhonoured_sampling(req.sampling, honoured)
+        if ignored:
+            raise BadInput(
+                f"request {i}: sampling {ignored} is not honoured by {scenario.target.engine} (it honours "
+                f"{', '.join(honoured or ())}); leave those keys out or at their neutral value"
+            )

@@ -30,6 +30,30 @@ SAMPLING_KEYS = {
     "stop_token_ids",
     "ignore_eos",
 }
+# A sampling key at this value changes nothing, so an engine that does not honour the key still serves it.
+SAMPLING_NEUTRAL = {
+    "temperature": 0.0,  # greedy: what an engine that does not sample does anyway
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "stop": [],
+    "stop_token_ids": [],
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+}
+
+
+def unhonoured_sampling(sampling: dict, honoured: tuple[str, ...] | None) -> list[str]:
+    """A request's sampling and the keys an engine honours (None: all) -> the keys it sets that the engine
+    would ignore (neutral values left out: a presence_penalty of 0 asks for nothing)."""
+    if honoured is None:
+        return []
+    return sorted(
+        k for k, v in sampling.items() if k not in honoured and not (k in SAMPLING_NEUTRAL and v == SAMPLING_NEUTRAL[k])
+    )
+
+
 # Type of each sampling value: a wrong type fails here, not deep inside an engine process.
 _NUMBER, _INT = (int, float), (int,)
 SAMPLING_TYPES = {

@@ -188,3 +188,19 @@ def test_a_config_value_the_factory_refuses_is_bad_input():
     sc = loads(SCENARIO.replace("num_hidden_layers = 3", "initializer_range = 1e30"))
     with pytest.raises(BadInput, match="config refuses these keys: .*initializer_range.*1e\\+30"):
         preflight(sc)
+
+
+def test_a_sampling_key_the_target_does_not_honour_is_refused_not_ignored():
+    """transformers' generate() has no presence / frequency penalty: a request asking for one against it would
+    diverge from the reference sampler (which applies it) for the adapter's sake, not a bug's. Refused up front;
+    the neutral value passes, and tinyserve (which honours every key) takes it."""
+    penalised = SCENARIO.replace(
+        "max_tokens = 8", "max_tokens = 8\nsampling = { temperature = 0.8, seed = 1, presence_penalty = 0.4 }"
+    )
+    on_hf = penalised.replace(
+        'engine = "tinyserve"\noptions = { block_size = 16, prefix_caching = true }', 'engine = "transformers"'
+    )
+    with pytest.raises(BadInput, match=r"request 0: sampling \['presence_penalty'\] is not honoured by transformers"):
+        preflight(loads(on_hf))
+    preflight(loads(on_hf.replace("presence_penalty = 0.4", "presence_penalty = 0.0")))
+    preflight(loads(penalised))

@@ -349,3 +349,18 @@ def test_long_workload_batches_two_windowed_rows_of_different_lengths_within_eig
         assert max(lengths) + 10 <= 8 * 16  # the long request and its decode fit the small pool
         # ... and a 128-token pretraining length (rope_dynamic's) while the batch's rows together pass it
         assert max(lengths) + 10 <= 128 < sum(lengths)
+
+
+def test_a_cell_leaves_out_the_sampling_keys_the_engine_does_not_honour():
+    """The sweep's sampled workload sets presence / frequency penalties; an engine that does not honour them
+    (its Capabilities.sampling_keys) is swept on the rest, never handed a key it would silently drop."""
+    target = EngineSpec("transformers", "float32", {})
+    honoured = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "logprobs", "ignore_eos")
+    cell = Cell("llama", "float32", "none", "sampled")
+    full = scenario_of(cell, target, FEATURES, None, VARIANTS)
+    kept = scenario_of(cell, target, FEATURES, None, VARIANTS, honoured)
+    assert any("presence_penalty" in r.sampling for r in full.requests)
+    assert all(set(r.sampling) <= set(honoured) for r in kept.requests)
+    assert [r.sampling.get("repetition_penalty") for r in kept.requests] == [
+        r.sampling.get("repetition_penalty") for r in full.requests
+    ]

@@ -25,6 +25,7 @@ from tools.engines import hf_compat
 from tools.engines.hf_compat import worker_paths  # noqa: F401 - the runner's hook (tools.engines.HOOKS)
 from tools.engines.hf_generate import (
     ACCEPTED,
+    HONOURED_SAMPLING,
     LOAD_ONLY,
     UnsupportedOption,
     assisted,
@@ -96,6 +97,7 @@ class HFEngine:
             replace=REPLACEABLE,
             package=self.package,
             accepted_options=tuple(sorted(set(LOAD_ONLY) | set(ACCEPTED))),
+            sampling_keys=HONOURED_SAMPLING,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

@@ -201,6 +201,12 @@ def request_positions(columns: list[int], pads: list[int]) -> list[list[int]]:
     return [[c - pad if c >= pad else -1 for c in columns] for pad in pads]
 
 
+# Request sampling keys generate_kwargs passes on (or the adapter applies itself: logprobs are always
+# recorded). generate() has no presence / frequency penalty, and stop strings or ids are not passed:
+# those keys are refused up front (Capabilities.sampling_keys) instead of silently dropped.
+HONOURED_SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "logprobs", "ignore_eos")
+
+
 def generate_kwargs(req: Request, options: dict, model, assistant=None) -> dict:
     """Request sampling -> generate() kwargs, with HF's own defaults (top_k=50…) switched off."""
     from transformers import GenerationConfig

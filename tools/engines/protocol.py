@@ -48,6 +48,10 @@ class Capabilities:
     # judges each op of its compute graph against the op recomputed in fp64 from the op's own inputs
     # (RunJob.op_checks): the kernel drill-down of an engine without native twins
     op_checks: bool = False
+    # request sampling keys (tools.scenario.SAMPLING_KEYS) the engine honours; None: every one. A key it
+    # does not honour, set to anything but its neutral value, is refused up front (tools.preflight): the
+    # reference sampler would apply it and the target not, a divergence that is the adapter's, not a bug's
+    sampling_keys: tuple[str, ...] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools.errors import BadInput
 from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS
-from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict
+from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict, unhonoured_sampling
 
 AXES = ("arch", "dtype", "features", "workload", "config")
 PAIRED_AXES = ("config",)
@@ -280,13 +280,19 @@ def scenario_of(
     declared: dict[str, Feature],
     reference: dict | None = None,
     variants: dict[str, ConfigVariant] | None = None,
+    sampling_keys: tuple[str, ...] | None = None,
 ) -> Scenario:
     """The cell as a Scenario: the tiny seeded model of its arch written as its config variant
-    says, its workload, the target's own options (from --engine) under the feature set's."""
+    says, its workload, the target's own options (from --engine) under the feature set's. Sampling keys
+    the engine does not honour (`sampling_keys`, its Capabilities'; None: all) are left out of the workload:
+    the cell sweeps what the engine serves (agent.check's summary names what was left out)."""
     window = TINY_PRESETS[cell.arch].get("sliding_window")
     requests = WORKLOADS[cell.workload](window)
     for r in requests:
-        r.setdefault("sampling", {})["ignore_eos"] = True  # every cell decodes its full length
+        sampling = r.setdefault("sampling", {})
+        for key in unhonoured_sampling(sampling, sampling_keys):
+            del sampling[key]
+        sampling["ignore_eos"] = True  # every cell decodes its full length
     variant = (variants or {}).get(cell.config)
     keys = variant.model_for(cell.arch) if variant else {}
     model = {"arch": cell.arch, **BASE_MODEL, **MODEL_OVERRIDES.get(cell.arch, {}), **keys}

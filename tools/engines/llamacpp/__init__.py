@@ -133,6 +133,7 @@ class LlamaCppEngine:
             package=self.package,
             accepted_options=OPTIONS,
             op_checks=True,  # no native twins: the kernel drill-down judges each ggml op (opcheck.py)
+            sampling_keys=("seed", "logprobs", "ignore_eos"),  # greedy only: the rest only at neutral values
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
