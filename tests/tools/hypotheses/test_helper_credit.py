@@ -342,6 +342,23 @@ def test_backward_slice_keeps_only_the_plain_assignments_a_value_depends_on():
     assert looped is not None and backward_slice(looped.body, "w") is None  # u comes out of a loop
 
 
+def test_backward_slice_refuses_a_value_changed_in_place_by_a_statement_it_leaves_out():
+    # the old code built its result by appending in a loop: `caches = []` alone is not what it computed
+    old = (
+        "def alloc(self, n, shape):\n    caches = []\n    for m in self.layers:\n"
+        "        m.k = torch.zeros(shape)\n        caches.append(m.k)\n    return caches\n"
+    )
+    fn = function_node(old)
+    assert fn is not None and backward_slice(fn.body, "caches") is None
+    now = "def alloc(self, n, shape):\n    caches = pairs(n, shape)\n    return caches\n"
+    assert inline_version("def pairs(n, shape):\n    return [torch.zeros(shape)] * n\n", now, old, "pairs") is None
+    # an item assigned is a change in place too; a method whose value is used is only a read
+    stored = function_node("def f(a):\n    w = [0, 0]\n    w[0] = a\n    return w\n")
+    read = function_node("def f(a):\n    w = a * 2\n    n = w.sum()\n    return w, n\n")
+    assert stored is not None and backward_slice(stored.body, "w") is None
+    assert read is not None and [s.lineno for s in backward_slice(read.body, "w") or []] == [2]
+
+
 def test_passthrough_version_takes_a_function_s_own_do_nothing_path():
     src = '    def pad(self, q, k, n):\n        """Doc."""\n        if n == 0:\n            return q, k\n        return f(q), f(k)\n'
     assert passthrough_version(src) == '    def pad(self, q, k, n):\n        """Doc."""\n        return (q, k)\n'
