@@ -464,6 +464,27 @@ def prefix_rows(fn: Fn) -> list[Edit]:
     return edits
 
 
+def aliased_output(fn: Fn) -> list[Edit]:
+    """`out = x` (x a parameter) where the body then assigns into `out[...]` -> `out = x.clone()`:
+    an output written into its own input, so a later read of the input sees the values already
+    written (the second half of a rotation computed from the overwritten first half)."""
+    params = set(_parameter_names(fn)) - {"self", "cls"}
+    stored = {
+        fn.text(field(left, "value"))
+        for a in fn.walk("assignment", "augmented_assignment")
+        if (left := a.child_by_field_name("left")) is not None and left.type == "subscript"
+    }
+    edits = []
+    for node in fn.walk("assignment"):
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is None or right is None or left.type != "identifier" or right.type != "identifier":
+            continue
+        name, source = fn.text(left), fn.text(right)
+        if source in params and name in stored:
+            edits.append(fn.edit("aliased-output", right, f"{source}.clone()", f"`{name} = {source}` -> a copy"))
+    return edits
+
+
 def _parameter_names(fn: Fn) -> list[str]:
     params = field(fn.root, "parameters")
     names = []
@@ -496,6 +517,7 @@ TEMPLATES: dict[str, Callable[[Fn], list[Edit]]] = {
     "memo-guard": memo_guard,
     "power-of-two": power_of_two,
     "prefix-rows": prefix_rows,
+    "aliased-output": aliased_output,
 }
 
 # Which patterns a divergent component most often hides, most likely first (silent-bugs.md).

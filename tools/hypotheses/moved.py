@@ -253,8 +253,9 @@ def result_binding(fn: Function, helper: str) -> tuple[str, ast.Call] | None:
 
 def backward_slice(body: list[ast.stmt], target: str) -> list[ast.stmt] | None:
     """The top-level statements of `body` that compute `target` (its one assignment and the earlier
-    plain assignments it depends on), in order; None if `target` is assigned more than once or a
-    value it depends on comes out of a loop, a branch or a call statement."""
+    plain assignments it depends on), in order; None if `target` is assigned more than once, a
+    value it depends on comes out of a loop, a branch or a call statement, or one of them is changed
+    in place by a statement the slice leaves out."""
     assigned = [st for st in body if target in _targets(st)]
     if len(assigned) != 1 or sum(target in _targets(n) for n in ast.walk(ast.Module(body, []))) != 1:
         return None
@@ -267,7 +268,30 @@ def backward_slice(body: list[ast.stmt], target: str) -> list[ast.stmt] | None:
             return None
         picked.insert(0, st)
         needed = (needed - _targets(st)) | _reads(st)
+    bound = {t for st in picked for t in _targets(st)}
+    if any(_mutated(st) & bound for st in body if st not in picked):
+        return None  # a value the slice computes is changed in place elsewhere (`caches.append(...)`)
     return picked
+
+
+def _mutated(st: ast.stmt) -> set[str]:
+    """Names whose object the statement may change in place: a method called on it for its effect,
+    its value dropped (`xs.append(y)`), an item or attribute of it assigned or deleted (`xs[i] = y`)."""
+    names: set[str] = set()
+    for node in ast.walk(st):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+        ):
+            base = node.value.func.value
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            base = node.value
+        else:
+            continue
+        if isinstance(base, ast.Name):
+            names.add(base.id)
+    return names
 
 
 def free_names(statements: list[ast.stmt]) -> set[str]:

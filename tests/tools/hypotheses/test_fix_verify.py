@@ -444,3 +444,21 @@ def test_a_comment_only_change_is_not_reverted_and_does_not_refute_its_function(
     assert outcome is None and prober.engine_runs == 0 and before != after and same_code("vec.c", before, after)
     assert before == function_text(repo, "vec.c", "vec_sum") == function_text_at(repo, "HEAD", "vec.c", "vec_sum")
     assert not same_code("vec.c", before, before.replace("s += x[i]", "s -= x[i]"))
+
+
+ROTARY_OPS = "tinyserve/ops/rotary.py"
+
+
+@slow
+def test_a_rotation_written_into_its_own_input_at_base_is_verified_by_writing_into_a_copy(tmp_path):
+    """Regression (fifth held-out set: no template repaired the helper, its caller kept rank 1): the
+    rotation's output aliases its input, so the second half is computed from the overwritten first."""
+    aliased = ("    out = torch.empty_like(x)\n", "    out = x\n")
+    repo = tree_at_base(tmp_path / "repo", aliased, ROTARY_OPS)
+    prober, sc = Prober(), scenario()
+    repro = Reproduction(True, sc, prober.probe(sc, repo))
+    assert repro.probe.diverged
+    rotate = candidate(ROTARY_OPS, "_rotate")
+    ranked = verify(repo, [rotate], repro, prober, None)
+    assert ranked[0] is rotate and rotate.verified and rotate.verified_by == "fix-template"
+    assert "aliased-output" in rotate.evidence[0] and "+    out = x.clone()" in rotate.verifying_diff

@@ -126,6 +126,18 @@ def test_prefix_rows_reads_the_rows_an_index_names_instead_of_as_many_first_rows
     assert proposals("def f(x, rows):\n    return x[1 : len(rows)]\n", "prefix-rows") == {}  # not a prefix
 
 
+def test_aliased_output_writes_into_a_copy_of_an_input_instead_of_the_input_itself():
+    src = (
+        "def rot(x, c, s):\n    x1, x2 = x[..., :2], x[..., 2:]\n    out = x\n"
+        "    out[..., :2] = x1 * c - x2 * s\n    out[..., 2:] = x2 * c + x1 * s\n    return out\n"
+    )
+    out = proposals(src, "aliased-output")
+    assert list(out.values()) == [src.replace("out = x\n", "out = x.clone()\n")]
+    # a name bound to an input it never writes into, or to a local, is left alone
+    assert proposals("def f(x):\n    out = x\n    return out + 1\n", "aliased-output") == {}
+    assert proposals("def f(x):\n    y = x * 2\n    out = y\n    out[0] = 1\n    return out\n", "aliased-output") == {}
+
+
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 def test_every_proposal_is_one_edit_that_parses(template):
     src = (
@@ -138,6 +150,8 @@ def test_every_proposal_is_one_edit_that_parses(template):
         "        x = x * 2\n"
         "        if n != self.n:\n"
         "            self.n = n\n"
+        "        out = x\n"
+        "        out[0] = s\n"
         "        return torch.where(mask, s, -s) * torch.rsqrt(x.pow(2).mean(-1) + eps) + total\n"
     )
     out = fixes(src, templates=(template,))

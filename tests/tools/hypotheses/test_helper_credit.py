@@ -342,6 +342,23 @@ def test_backward_slice_keeps_only_the_plain_assignments_a_value_depends_on():
     assert looped is not None and backward_slice(looped.body, "w") is None  # u comes out of a loop
 
 
+def test_backward_slice_refuses_a_value_changed_in_place_by_a_statement_it_leaves_out():
+    # the old code built its result by appending in a loop: `caches = []` alone is not what it computed
+    old = (
+        "def alloc(self, n, shape):\n    caches = []\n    for m in self.layers:\n"
+        "        m.k = torch.zeros(shape)\n        caches.append(m.k)\n    return caches\n"
+    )
+    fn = function_node(old)
+    assert fn is not None and backward_slice(fn.body, "caches") is None
+    now = "def alloc(self, n, shape):\n    caches = pairs(n, shape)\n    return caches\n"
+    assert inline_version("def pairs(n, shape):\n    return [torch.zeros(shape)] * n\n", now, old, "pairs") is None
+    # an item assigned is a change in place too; a method whose value is used is only a read
+    stored = function_node("def f(a):\n    w = [0, 0]\n    w[0] = a\n    return w\n")
+    read = function_node("def f(a):\n    w = a * 2\n    n = w.sum()\n    return w, n\n")
+    assert stored is not None and backward_slice(stored.body, "w") is None
+    assert read is not None and [s.lineno for s in backward_slice(read.body, "w") or []] == [2]
+
+
 def test_passthrough_version_takes_a_function_s_own_do_nothing_path():
     src = '    def pad(self, q, k, n):\n        """Doc."""\n        if n == 0:\n            return q, k\n        return f(q), f(k)\n'
     assert passthrough_version(src) == '    def pad(self, q, k, n):\n        """Doc."""\n        return (q, k)\n'
@@ -557,3 +574,39 @@ def test_same_def_renamed_takes_a_function_moved_with_its_parameters_renamed():
     assert same_def_renamed(old, renamed) and not same_def_renamed(old, swapped)
     assert same_def_renamed(method, "def f(l, q):\n    return l * q\n")
     assert not same_def_renamed(method, "def f(l, q, r):\n    return l * q\n")
+
+
+# The caller's old version built its result in place (`out.copy_`, `out.mul_` as statements): the
+# statement that binds `out` alone is not what it computed.
+BUILT_IN_PLACE = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]: filled in place
+    d = x.shape[-1] // 2
+    out = torch.empty_like(x[..., :d])
+    out.copy_(F.silu(x[..., :d]))
+    out.mul_(x[..., d:])
+    return out
+"""
+GATED_CALLER = """def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # [T, 2I] -> [T, I]: the gated product in a helper
+    d = x.shape[-1] // 2
+    out = _gated(x, d)
+    return out
+"""
+GATED = """
+
+def _gated(x: torch.Tensor, d: int) -> torch.Tensor:
+    # [T, 2I] -> [T, I]
+    return {body}
+"""
+
+
+@slow
+def test_a_new_helper_is_not_given_its_caller_s_old_code_cut_short_of_its_in_place_updates(refactored):
+    """Regression (fifth held-out set: the helper was given `caches = []` for the list its caller's old
+    code filled by appending, that empty body left the divergence, and the caller kept the credit): the
+    caller's old code builds `out` by in-place calls, so there is no old inline code to give the helper;
+    the helper, all new code that gets the halves the wrong way round, takes the credit."""
+    body = "F.silu(x[..., d:]) * x[..., :d]"
+    ranked, caller, helper = refactored(GATED_CALLER, GATED.format(body=body), "_gated", before=BUILT_IN_PLACE)
+    assert not any("the caller's own change carries it" in e for e in helper.evidence)
+    assert ranked[0] is helper and helper.verified
