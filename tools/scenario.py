@@ -44,13 +44,23 @@ SAMPLING_NEUTRAL = {
 }
 
 
+# Keys that change nothing in a greedy request (temperature 0): the cut and the draw are never made.
+MOOT_WHEN_GREEDY = ("top_k", "top_p", "min_p", "seed")
+
+
 def unhonoured_sampling(sampling: dict, honoured: tuple[str, ...] | None) -> list[str]:
     """A request's sampling and the keys an engine honours (None: all) -> the keys it sets that the engine
-    would ignore (neutral values left out: a presence_penalty of 0 asks for nothing)."""
+    would ignore (neutral values left out: a presence_penalty of 0 asks for nothing; so are the cut and the
+    seed of a greedy request)."""
     if honoured is None:
         return []
+    greedy = float(sampling.get("temperature", 0.0)) == 0.0
     return sorted(
-        k for k, v in sampling.items() if k not in honoured and not (k in SAMPLING_NEUTRAL and v == SAMPLING_NEUTRAL[k])
+        k
+        for k, v in sampling.items()
+        if k not in honoured
+        and not (k in SAMPLING_NEUTRAL and v == SAMPLING_NEUTRAL[k])
+        and not (greedy and k in MOOT_WHEN_GREEDY)
     )
 
 

@@ -204,3 +204,13 @@ def test_a_sampling_key_the_target_does_not_honour_is_refused_not_ignored():
         preflight(loads(on_hf))
     preflight(loads(on_hf.replace("presence_penalty = 0.4", "presence_penalty = 0.0")))
     preflight(loads(penalised))
+
+
+def test_cuts_and_seed_of_a_greedy_request_are_moot_for_an_engine_that_does_not_sample():
+    from tools.scenario import unhonoured_sampling
+
+    greedy_only = ("ignore_eos", "seed", "logprobs")
+    assert unhonoured_sampling({"temperature": 0.0, "top_k": 50, "top_p": 0.9}, greedy_only) == []
+    assert unhonoured_sampling({"temperature": 0.7, "top_k": 50}, greedy_only) == ["temperature", "top_k"]
+    assert unhonoured_sampling({"presence_penalty": 0.3}, greedy_only) == ["presence_penalty"]
+    assert unhonoured_sampling({"presence_penalty": 0.3}, None) == []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -84,6 +85,7 @@ def _watch(errdir: Path, done: threading.Event) -> None:
             kill_ranks()
             print(f"error: tensor-parallel {failed[0]} (rank 0 was left waiting at a collective)", file=sys.stderr)
             sys.stderr.flush()
+            shutil.rmtree(errdir, ignore_errors=True)  # os._exit runs no finally: nothing else would remove it
             os._exit(1)  # rank 0 is blocked inside a collective: nothing else would return in time
 
 

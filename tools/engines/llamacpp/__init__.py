@@ -33,12 +33,13 @@ import torch
 from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
 from tools.probe.taps import matches, order_key
 from tools.probe.trace import TapRecord, Trace
-from tools.scenario import EngineSpec
+from tools.scenario import EngineSpec, unhonoured_sampling
 
 DTYPES = ("float32", "float16")
 CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}  # ggml_type
 OPTIONS = ("weights", "cache_type", "flash_attn", "n_ubatch", "n_threads")
-SAMPLING_KEYS = ("temperature", "ignore_eos", "seed", "logprobs", "top_k", "top_p", "min_p")  # moot when greedy
+# greedy only: temperature and the cuts pass at their neutral / moot values (tools.scenario.unhonoured_sampling)
+HONOURED_SAMPLING = ("ignore_eos", "seed", "logprobs")
 FLASH_ATTN = {False: 0, True: 1}  # LLAMA_FLASH_ATTN_TYPE_DISABLED / _ENABLED
 LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR: quieter levels are dropped from the worker's log
 
@@ -97,11 +98,10 @@ def check_spec_options(spec: EngineSpec) -> None:
 
 
 def check_sampling(sampling: dict) -> None:
-    if float(sampling.get("temperature", 0.0)) != 0.0:
-        raise ValueError("llama.cpp adapter samples greedily only (temperature 0)")
-    unknown = sorted(set(sampling) - set(SAMPLING_KEYS))
-    if unknown:
-        raise ValueError(f"llama.cpp adapter: sampling keys {unknown} are not supported (greedy, no penalties)")
+    """The run's own guard, for a job that did not pass through preflight (which refuses the same keys)."""
+    ignored = unhonoured_sampling(sampling, HONOURED_SAMPLING)
+    if ignored:
+        raise ValueError(f"llama.cpp adapter decodes greedily: sampling {ignored} is not supported")
 
 
 @dataclass
@@ -133,7 +133,7 @@ class LlamaCppEngine:
             package=self.package,
             accepted_options=OPTIONS,
             op_checks=True,  # no native twins: the kernel drill-down judges each ggml op (opcheck.py)
-            sampling_keys=("seed", "logprobs", "ignore_eos"),  # greedy only: the rest only at neutral values
+            sampling_keys=HONOURED_SAMPLING,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
