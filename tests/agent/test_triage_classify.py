@@ -60,6 +60,31 @@ def test_template_tags_and_env_dumps():
     assert classify("", "").label == "other"
 
 
+def test_correlation_and_zero_accuracy_against_a_reference_are_wrong_results():
+    # written for this test (LABELING.md: correctness tests on accelerator stacks are `silent`)
+    assert (
+        classify("Mistral 7B decode test fails with low PCC", "PCC 0.91 against the torch reference.").label == "silent"
+    )
+    assert classify("PCC dropped to 0.95 after the kernel change", "").label == "silent"
+    assert classify("Converted model: accuracy is 0 on the eval set", "").label == "silent"
+
+
+def test_a_tag_does_not_outweigh_a_title_that_asks_how():
+    # "how to / is there a way" is a usage question also under a [Feature] or [Installation] tag
+    assert classify("[Feature]: Is there a way to stream the logprobs too?", "").label == "question"
+    assert classify("[Feature]: stream the logprobs too", "").label == "feature"
+
+
+def test_framing_cues_of_feature_requests_crashes_and_builds():
+    assert classify("When support Gemma 4 on iOS", "").label == "feature"
+    assert classify("希望支持一下新的多模态模型", "").label == "feature"
+    assert classify("[Model Request] Phi-4-mini", "").label == "feature"
+    assert classify("The road map for next quarter?", "").label == "other"
+    assert classify("安卓手机上发送消息后闪退", "").label == "crash"
+    assert classify("Build the runtime from the release tarball occurs error", "").label == "install"
+    assert classify("Build engine failed for the 70B checkpoint", "").label == "crash"
+
+
 def test_triage_eval_silent_precision_and_recall_on_the_synthetic_set():
     issues = load_issues(SYNTHETIC)
     assert len(issues) >= 80

@@ -121,6 +121,16 @@ _ON_REQUEST = _rx(
     r"|\bmid-?(generation|stream|request)|\bduring (inference|generation|decoding|serving|prefill|the request)\b"
     r"|推理(时|过程中)|请求(时|后)|并发"
 )
+_SUPPORT_ASKED = _rx(
+    r"\b(is|are|does|do|can|will)\b[^.?\n]{0,60}\bsupport(ed|s)?\b[^.?\n]{0,40}[?？]|\bsupport(ed)?\s*[?？]\s*$"
+    r"|是否.{0,20}支持|支持.{0,30}(吗|么)"
+)
+_SUPPORT_WANTED = _rx(
+    r"\b(any|is there a|are there)\W+(\w+\W+){0,2}?plans?\b|\bplans? (to|for) (\w+ )?support|\bwhen\b[^.?\n]{0,30}\bsupport"
+    r"|\b(please|could you|can you|would you|kindly)\W+(\w+\W+){0,2}?(add|support|implement|consider)\b|\bwould (be|love)"
+    r"|有计划|计划支持|能否支持|可否支持|何时支持|什么时候支持|希望.{0,10}支持|请.{0,4}(增加|添加|支持)"
+)
+_CI_TITLE = _rx(r"\bci\b|post-?commit|nightly|\bunit ?tests?\b|\btest runs?\b|\bpytest\b|\btest_\w+|\bflak(y|e)\b")
 _METRIC, _SPEED = triage_rules.QUALITY_METRIC, triage_rules.SPEED_MEASURE  # the same words the rules weigh
 _QUANT = _rx(
     r"quanti[sz]\w*|\b(int[48]|w[48]a(8|16)|fp8|nf4|awq|gptq|smooth ?quant|q[2-8]_[0-9k]\w*|exl2|bnb|bitsandbytes)\b|量化"
@@ -175,7 +185,15 @@ ENVIRONMENT_NAMES = (
     "incompatible versions, drivers, libraries or hardware",
     "failure on a request",
 )
-NAMES = NAMES + ENVIRONMENT_NAMES
+# Framing (LABELING.md "Feature requests in question form", "CI failures"): support asked about as it is now ("is X
+# supported?", "does it support", 是否支持: `question`) against support asked for later ("any plan to support", "when
+# support", 能否支持: `feature`); a CI job or a test run named in the title (`other` unless a result is judged bad).
+FRAMING_NAMES = (
+    "support asked about",
+    "support asked for",
+    "CI or a test run in the title",
+)
+NAMES = NAMES + ENVIRONMENT_NAMES + FRAMING_NAMES
 
 
 def title_tag(title: str) -> str:
@@ -218,6 +236,9 @@ def shape(title: str, body: str) -> list[float]:
         *(float(tag == name) for name in TAGS),
         *families(text, asks=flags[3] or flags[4] or tag in ("question", "usage")),
         *environment(text, f"{text}\n{t.code}"),
+        float(bool(_SUPPORT_ASKED.search(text))),
+        float(bool(_SUPPORT_WANTED.search(text))),
+        float(bool(_CI_TITLE.search(t.title))),
     ]
 
 

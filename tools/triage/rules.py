@@ -61,6 +61,7 @@ TITLE_TAGS = {
     "feature request": {"feature": 4.0},
     "rfc": {"feature": 3.5},
     "new model": {"feature": 3.5},
+    "model request": {"feature": 3.5},
     "usage": {"question": 4.0},
     "question": {"question": 4.0},
     "installation": {"install": 4.0},
@@ -70,6 +71,8 @@ TITLE_TAGS = {
     "docs": {"other": 3.0},
     "misc": {"other": 2.0},
     "ci": {"other": 3.0},
+    "roadmap": {"other": 3.0},
+    "tracking": {"other": 3.0},
 }
 _TITLE_TAG = re.compile(r"^\s*\[([a-z ]+)\]\s*:?|^\s*(feature request|bug|question)\s*:", re.I)
 
@@ -111,7 +114,8 @@ CUES = (
         "silent",
         3.0,
         _rx(
-            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark)\b.{0,60}\b(drop\w*|lower|low|worse|degrad\w*|regress\w*|down|loses?|loss|abnormal)\b|\b(drop\w*|lower|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
+            r"(accuracy|quality|score|scores|mmlu|gsm8k|gpqa|aime|perplexity|eval\w*|benchmark|pcc|pearson)\b.{0,60}\b(drop\w*|lower|low|worse|degrad\w*|regress\w*|down|loses?|loss|abnormal)\b|\b(drop\w*|lower|low|bad|poor|worse|degrad\w*|loss)\b.{0,40}\b(accuracy|quality|score|points|pcc)\b|\d+(\.\d+)?\s*points? (lower|down|drop)"
+            r"|\b(accuracy|pcc)( rate)? (is|was|=|of|only|just) (0|zero)(\.0+)?%?(?![.\d])"
         ),
     ),
     Cue(
@@ -198,7 +202,7 @@ CUES = (
         "silent",
         2.5,
         _rx(
-            r"得到的.{0,40}不同|(和|与|跟).{0,30}(不同|差距)|乱码|结果.{0,10}(不同|差距|不一致|未对齐)|未对齐|不一致|输出.{0,6}(混乱|错误)"
+            r"得到的.{0,40}不同|(和|与|跟).{0,30}(不同|差距)|乱码|结果.{0,10}(不同|差距|不一致|未对齐)|未对齐|不一致|输出.{0,6}(混乱|错误)|不可读|看不懂|胡言乱语|胡说|答非所问"
         ),
     ),
     Cue(
@@ -266,7 +270,7 @@ CUES = (
         "crash",
         3.0,
         _rx(
-            r"cuda error|illegal memory access|device-side assert|segmentation fault|segfault|core dumped|\baborted\b|ggml_assert|assertion .{0,40}failed|watchdog|collective operation timeout"
+            r"cuda error|illegal memory access|device-side assert|segmentation fault|segfault|core ?dump(ed)?|\baborted\b|闪退|异常退出|ggml_assert|assertion .{0,40}failed|watchdog|collective operation timeout"
         ),
         "any",
     ),
@@ -297,7 +301,7 @@ CUES = (
         "crash",
         2.5,
         _rx(
-            r"\bstuck\b|\bstops? (returning|responding|working|generating)|\bbad request\b|\b(http )?(400|500|503)\b.{0,20}(error|response|status)?|\bbroke\b|卡住|崩溃|报错"
+            r"\bstuck\b|\bstops? (returning|responding|working|generating)|\bbad request\b|\b(http )?(400|500|503)\b.{0,20}(error|response|status)?|\bbroke\b|卡住|崩溃|报错|(?<!输)出错"
         ),
     ),
     Cue(
@@ -323,6 +327,13 @@ CUES = (
             r"compil(e|ation|ing)\b.{0,30}(fail\w*|error)(?!.{0,40}engine)|(fail\w*|error)\w* .{0,20}\bcompil\w*(?!.{0,40}engine)|\bbuild(ing|s)? (on|fails?|failure|errors?)\b(?!.{0,30}engine)|cmakecudacompiler|\bmsvc\b|visual studio"
         ),
         "any",
+    ),
+    # a build that fails, named in the title: `install`, except an engine build (trtllm-build: `crash`)
+    Cue(
+        "install",
+        2.5,
+        _rx(r"^(?!.*\b(engines?|trtllm)\b).*\b(build|compil)\w*\b.{0,40}\b(errors?|fail\w*|occur\w*)\b"),
+        "title",
     ),
     Cue("install", 1.5, _rx(r"pip install|\binstall(ed|ation|ing)?\b|\bwheel\b|docker image|precompiled|editable")),
     Cue("install", 2.5, _rx(r"安装|(doesn'?t|does not|not) work with .{0,30}versions?|versions? above")),
@@ -375,7 +386,7 @@ CUES = (
         "feature",
         2.5,
         _rx(
-            r"^\s*(feat(ure)?|rfc)\b|any plans? (to|for) support|plan(s)? (to|for) support|(can|could) you (please )?support|have you considered|please let us|\boptionally\b|able to accept|when will .{0,40} be supported|when (to|will (you|it|\w+)) support|integrate\b|itegrate\b|new model support"
+            r"^\s*(feat(ure)?|rfc)\b|any plans? (to|for) support|plan(s)? (to|for) support|(can|could) you (please )?support|have you considered|please let us|\boptionally\b|able to accept|when will .{0,40} be supported|when (to |will (you|it|\w+) |\w+ )?support\b|有计划|计划支持|能否支持|可否支持|何时支持|什么时候支持|希望.{0,10}支持|integrate\b|itegrate\b|new model support"
         ),
     ),
     # question: asks how to use it
@@ -391,7 +402,7 @@ CUES = (
         "question",
         2.0,
         _rx(
-            r"is there (any ?way|a way)|how does|how can|why (is|does|do|are)\b|what is\b|\binquiry\b|i (wonder|would like to know)|can (it|this|we|i) .{0,30}(run|support|use|change)|(does|do|can) \w+ support|is it normal|请问|如何|怎么|吗[？?]?\s*$"
+            r"is there (any ?way|a way)|how does|how can|why (is|does|do|are)\b|what is\b|\binquiry\b|i (wonder|would like to know)|can (it|this|we|i) .{0,30}(run|support|use|change)|(does|do|can) \w+ support|\b(is|are) [^.?\n]{0,60}\bsupport(ed)?\s*[?？]|是否.{0,20}支持|is it normal|请问|如何|怎么|吗[？?]?\s*$"
         ),
     ),
     # other: docs, CI, meta
@@ -399,7 +410,7 @@ CUES = (
         "other",
         2.5,
         _rx(
-            r"\btypo\b|broken link|dead link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|ci failure|license|roadmap|tracking issue|^\s*\[tracking\]|thank(s| you)|codeowners|contributing|vulnerabilit\w*|documentation|instruction is outdated|^\s*\[?tracking\b|remote code execution|\brce\b|\bcve-\d|security (issue|report|advisory)|文档"
+            r"\btypo\b|broken link|dead link|\b404\b|\breadme\b|\bdocs?/|flaky|\bci\b|ci failure|license|road ?map|tracking issue|^\s*\[tracking\]|thank(s| you)|codeowners|contributing|vulnerabilit\w*|documentation|instruction is outdated|^\s*\[?tracking\b|remote code execution|\brce\b|\bcve-\d|security (issue|report|advisory)|文档"
         ),
     ),
 )
@@ -420,7 +431,8 @@ _GARBLED_TITLE = _rx(r"gibberish|garbage|garbled|nonsense|乱码|mojibake")
 # A quality benchmark or metric, and a speed measure: "performance degradation" on the first alone is accuracy.
 QUALITY_METRIC = _rx(
     r"\b(mmlu|gsm8k|human ?eval|mme|mmmu|mmbench|c-?eval|cmmlu|hellaswag|truthfulqa|arc-[ce]|winogrande|math-?500|aime"
-    r"|gpqa|bleu|rouge|wer|pass@\d|exact match|perplexity|ppl|lm[-_]eval\w*|opencompass|accuracy|eval(uation)? (score|result)s?)\b"
+    r"|gpqa|bleu|rouge|wer|pass@\d|exact match|perplexity|ppl|lm[-_]eval\w*|opencompass|accuracy|eval(uation)? (score|result)s?"
+    r"|pcc|pearson)\b"
     r"|精度|准确率|评测|跑分"
 )
 SPEED_MEASURE = _rx(
@@ -439,11 +451,20 @@ def split_issue(title: str, body: str) -> IssueText:
     return IssueText(title=(title or "").strip(), prose=prose, code="\n".join(blocks))
 
 
+# A title that opens by asking how, or whether it is possible (after its tag): a usage question under any tag.
+_ASKING_OPENING = _rx(r"^\s*(how (to|do|does|can|could|should)|is it possible|is there (a|any) ?way|请问|如何|怎么)")
+
+
 def title_tag_scores(title: str) -> dict[str, float]:
+    """The template tag's scores; halved when the rest of the title asks how or whether it is possible (LABELING.md:
+    "is it possible / is there a way / how to" is a question also under a `[Feature]` or `[Bug]` tag)."""
     m = _TITLE_TAG.match(title)
     if not m:
         return {}
-    return dict(TITLE_TAGS.get((m.group(1) or m.group(2)).strip().lower(), {}))
+    scores = dict(TITLE_TAGS.get((m.group(1) or m.group(2)).strip().lower(), {}))
+    if _ASKING_OPENING.search(title[m.end() :]):
+        scores = {k: (v if k == "question" else 0.5 * v) for k, v in scores.items()}
+    return scores
 
 
 def cue_scores(text: IssueText) -> tuple[dict[str, float], list[str]]:

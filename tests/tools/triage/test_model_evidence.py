@@ -3,7 +3,7 @@
 import numpy as np
 
 from tools.triage import model as triage_model
-from tools.triage.evidence import NAMES, TAGS, shape, title_tag
+from tools.triage.evidence import ENVIRONMENT_NAMES, NAMES, TAGS, shape, title_tag
 from tools.triage.rules import LABELS
 
 TRACEBACK = '```\nTraceback (most recent call last)\n  File "serve.py", line 3, in <module>\nValueError: bad shape\n```'
@@ -162,4 +162,22 @@ def test_install_and_crash_shapes_tell_a_launch_failure_from_a_request_failure()
     assert named("Build fails from source", mismatch)[incompatible] == 1.0
     assert named("Runtime refuses to load", "ImportError: DLL load failed while importing the extension")[incompatible]
     quiet = named("Output is garbage after 4k tokens", "No error, the answer is just wrong.")
-    assert not any(quiet[n] for n in NAMES[-5:])
+    assert not any(quiet[n] for n in ENVIRONMENT_NAMES)
+
+
+def test_support_asked_about_is_told_from_support_asked_for():
+    # written for this test: whether it works now (a question) against a request for later (a feature)
+    now = named("Is the int4 KV cache supported on the NPU backend?", "I could not find it in the docs.")
+    assert now["support asked about"] == 1.0 and now["support asked for"] == 0.0
+    assert named("请问是否支持多卡推理", "")["support asked about"] == 1.0
+    later = named("When will you support the Mamba architecture", "Any plans for it? It would be great.")
+    assert later["support asked for"] == 1.0
+    assert named("能否支持一下新的模型", "")["support asked for"] == 1.0
+    plain = named("Server crashes on start", "Segfault after loading.")
+    assert plain["support asked about"] == plain["support asked for"] == 0.0
+
+
+def test_a_ci_job_or_test_run_in_the_title_is_its_own_shape():
+    assert named("Nightly CI job times out on the 4-GPU runner", "")["CI or a test run in the title"] == 1.0
+    assert named("test_sampler_logprobs fails after the refactor", "")["CI or a test run in the title"] == 1.0
+    assert named("Output is garbage", "we run the tests in CI")["CI or a test run in the title"] == 0.0
