@@ -10,7 +10,8 @@ from tools.triage import model as triage_model
 from tools.triage import rules as triage_rules
 from tools.triage.evidence import ENVIRONMENT_NAMES, NAMES, shape
 
-FAMILY = NAMES[-7 - len(ENVIRONMENT_NAMES) : -len(ENVIRONMENT_NAMES)]  # the install-vs-crash shapes come after them
+# the seven families sit between the template tags and the install-vs-crash (and, since the ninth round, framing) shapes
+FAMILY = NAMES[NAMES.index("bad result") : NAMES.index(ENVIRONMENT_NAMES[0])]
 
 # (family feature, title, body): silent reports of each family, in the ways reporters word them.
 SILENT = [
