@@ -149,6 +149,36 @@ def engine_capabilities(
     return _capabilities_cache[key]
 
 
+def encode_prompts(
+    engine: str,
+    source_root: str | Path | None,
+    checkpoint: str | Path,
+    texts: list[str],
+    timeout: float = CAPABILITIES_TIMEOUT_S,
+) -> list[int] | None:
+    """Text prompts -> how many tokens the engine feeds the model for each (its adapter's optional
+    `encode_prompts(checkpoint, texts)`: the tokenizer, special tokens and template its runs use), asked
+    of a worker that imports the tree under test. None: the adapter does not say."""
+    import tempfile
+
+    from tools.engines.runner import EngineRunError, execute, worker_env
+
+    with tempfile.TemporaryDirectory(prefix="diffdx-encode-") as tmp:
+        given, out = Path(tmp) / "texts.json", Path(tmp) / "counts.json"
+        given.write_text(json.dumps(texts))
+        env = worker_env(source_root, engine=engine)
+        code, log = execute(
+            ["--encode", engine, str(checkpoint), str(given), str(out)], env, Path(tmp), timeout, engine
+        )
+        if code is None:
+            raise EngineRunError(f"{engine} prompt encoding timed out after {timeout:.0f}s", "timeout", log[-4000:])
+        if code != 0 or not out.exists():
+            tail = log.strip().splitlines() or ["no output"]
+            raise EngineRunError(f"{engine} prompt encoding failed: {tail[-1][:300]}", "crash", log[-4000:])
+        counts = json.loads(out.read_text())
+    return None if counts is None else [int(n) for n in counts]
+
+
 def zygote_preload(env: dict) -> tuple[str, ...]:
     """Modules a zygote forking runs with `env` may import ahead (ZYGOTE_PRELOAD): those of every
     package that no folder on the run's PYTHONPATH holds a copy of (a tree under test, a release)."""

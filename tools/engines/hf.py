@@ -89,6 +89,13 @@ class HFEngine:
     name = "transformers"
     package = "transformers"  # what a --target-source root must hold
 
+    def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
+        """Each text prompt as a run feeds it (prompt_ids, the checkpoint's AutoTokenizer)."""
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(checkpoint)
+        return [prompt_ids(Request(prompt=text), tok) for text in texts]
+
     def capabilities(self) -> Capabilities:
         # accepted_options: the allow-list (tools/engines/hf_generate.py), options this adapter taps
         # correctly; everything else is refused up front with its reason

@@ -654,6 +654,17 @@ class TinyServeEngine:
     name = "tinyserve"
     package = "tinyserve"  # what a --target-source root must hold
 
+    def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
+        """Each text prompt as a run feeds it (plan_requests): the tree's own tokenizer, loaded as its
+        engine loads it, on the checkpoint."""
+        import_tinyserve()
+        from tinyserve.tokenizer import Tokenizer
+
+        tok = Tokenizer.maybe_load(checkpoint)
+        if tok is None:
+            raise ValueError(f"a text prompt needs a tokenizer in {checkpoint}")
+        return [list(tok.encode(text)) for text in texts]
+
     def capabilities(self) -> Capabilities:
         ts = import_tinyserve()
         fields = config_fields(Path(ts.__file__).parent / "config.py")  # the imported tree's Config

@@ -1,5 +1,6 @@
 """Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
-`python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON)."""
+`python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON), or
+`python -m tools.engines.worker --encode ENGINE CHECKPOINT TEXTS.json OUT.json` (each text prompt's token count)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ def capabilities(engine: str, out_path: str) -> int:
     from tools.engines import get_engine
 
     Path(out_path).write_text(json.dumps(get_engine(engine).capabilities().to_json()))
+    return 0
+
+
+def encode_prompts(engine: str, checkpoint: str, texts_path: str, out_path: str) -> int:
+    """The adapter's token count of each text prompt (null when it declares no `encode_prompts`)."""
+    from tools.engines import get_engine
+
+    encode = getattr(get_engine(engine), "encode_prompts", None)
+    texts = json.loads(Path(texts_path).read_text())
+    counts = None if encode is None else [len(ids) for ids in encode(checkpoint, texts)]
+    Path(out_path).write_text(json.dumps(counts))
     return 0
 
 
@@ -89,7 +101,11 @@ if __name__ == "__main__":
 
     quiet_third_party()
     try:
-        sys.exit(capabilities(*sys.argv[2:4]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
+        if sys.argv[1] == "--capabilities":
+            sys.exit(capabilities(*sys.argv[2:4]))
+        if sys.argv[1] == "--encode":
+            sys.exit(encode_prompts(*sys.argv[2:6]))
+        sys.exit(main(*sys.argv[1:3]))
     except UnknownEngineError as e:  # a one-line error, not a traceback, in the caller's message
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
