@@ -240,12 +240,24 @@ def _dynamic_rope_note(config: dict) -> str:
     )
 
 
-def check_engine(engine: str, where: str = "") -> None:
-    """A name that resolves nowhere is bad input listing the known ones; imports no adapter."""
-    from tools.engines import UnknownEngineError, engine_path
+def check_engine(engine: str, where: str = "", source: Path | None = None) -> None:
+    """A name that resolves nowhere is bad input listing the known ones; so is a `module:Class` whose
+    top-level module is on none of the worker's paths (`source`, diffdx, $PYTHONPATH, site-packages).
+    Imports no adapter (whether the class is there is the worker's to say)."""
+    import sys
+    from importlib.machinery import PathFinder
+
+    from tools.engines import UnknownEngineError, engine_path, registry
 
     try:
-        engine_path(engine)
+        path = engine_path(engine)
+        top = path.split(":")[0].split(".")[0]
+        search = [str(source)] * bool(source) + [p or "." for p in sys.path]
+        if engine not in registry() and top not in sys.builtin_module_names and not PathFinder.find_spec(top, search):
+            raise UnknownEngineError(
+                f"engine {engine!r}: no module {top!r} in --target-source, diffdx or $PYTHONPATH "
+                "(put its folder on $PYTHONPATH, or install the package)"
+            )
     except UnknownEngineError as e:
         if not where:
             raise
@@ -352,9 +364,13 @@ def preflight(
     if not isinstance(scenario, Scenario):
         raise ScenarioError("no scenario")
     # no heavy import: the refusals a typo earns come in seconds
-    for spec, where in ((scenario.target, "target"), (scenario.reference, "reference")):
-        check_engine(spec.engine, where)
+    for spec, where, tree in (
+        (scenario.target, "target", target_source),
+        (scenario.reference, "reference", reference_source),
+    ):
+        check_engine(spec.engine, where, tree)
     check_source_folder(target_source)
+    check_reference_precision(scenario)
     config = model_config(scenario.model)  # config field names: a file cached per transformers version
     texts = any(req.prompt_ids is None for req in scenario.requests)
     check_limits(scenario, config, least_counter(scenario.model, config) if texts else None, least=True)
@@ -368,6 +384,19 @@ def preflight(
     if texts:
         check_limits(scenario, config, prompt_counter(scenario, source, config))
     return source
+
+
+def check_reference_precision(scenario: Scenario) -> None:
+    """The trusted run (Y) must be at least as precise as the target: judged against a float32 Y, a float64
+    target's error is Y's own rounding, and every ratio measures the reference, not the engine."""
+    from tools.scenario import DTYPES
+
+    target, reference = scenario.target.dtype, scenario.reference.dtype
+    if DTYPES.index(reference) > DTYPES.index(target):
+        raise BadInput(
+            f"[reference] dtype = {reference!r} is less precise than the target's {target!r}: the trusted run "
+            f"must be at least as precise as the run it judges; use [reference] dtype = {target!r}"
+        )
 
 
 def prompt_counter(scenario: Scenario, source: Path | None, config: dict):

@@ -34,9 +34,16 @@ def quiet_third_party() -> None:
 
 
 def capabilities(engine: str, out_path: str) -> int:
-    from tools.engines import get_engine
+    from tools.engines import UnknownEngineError, get_engine
 
-    Path(out_path).write_text(json.dumps(get_engine(engine).capabilities().to_json()))
+    adapter = get_engine(engine)
+    try:
+        declared = adapter.capabilities().to_json()
+    except Exception as e:  # noqa: BLE001 - the adapter's own fault, told as one line (exit 2), not a crash
+        raise UnknownEngineError(
+            f"engine {engine!r}: its adapter's capabilities() raised {type(e).__name__}: {e}"[:400]
+        ) from None
+    Path(out_path).write_text(json.dumps(declared))
     return 0
 
 
