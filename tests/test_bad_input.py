@@ -397,3 +397,66 @@ def test_the_bad_input_rows_never_wrote_a_report(tmp_path):
         str(tmp_path / "o"),
     )
     assert not (tmp_path / "o" / "report.json").exists() and not (tmp_path / "o" / "args.json").exists()
+
+
+# --- a newcomer's odd inputs: refused at once, with the field named ------------------------------------
+
+
+def test_a_typo_is_refused_before_torch_is_imported(tmp_path):
+    """Regression: every refusal waited for torch and transformers (17-44 s under load): the prober
+    imported torch at module level and preflight built an AutoConfig before any key check. The config
+    fields are read from transformers once per installed version, then from a cached file."""
+    edit = SCENARIO.replace('arch = "llama"', 'arch = "llama"\nnum_hidden_layer = 3')
+    cli("tools.probe.prober", "--scenario", scenario_file(tmp_path, edit))  # the first reads the config fields
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tools.probe.prober", "--scenario", scenario_file(tmp_path, edit)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == BAD_INPUT and "did you mean num_hidden_layers" in proc.stderr, proc.stderr[-500:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "transformers" not in imported
+
+
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (  # regression: gemma2's soft-capping on a llama was kept as an unused attribute, and the probe said "agree"
+            SCENARIO.replace('arch = "llama"', 'arch = "llama"\nattn_logit_softcapping = 50.0'),
+            ["attn_logit_softcapping is a gemma2 config field, not a llama one", "set arch = 'gemma2'"],
+        ),
+        (  # regression: a float32 trusted run judged a float64 target, and "agree" came with ratios of 893
+            SCENARIO.replace('dtype = "float32"', 'dtype = "float64"') + '[reference]\ndtype = "float32"\n',
+            ["[reference] dtype = 'float32' is less precise than the target's 'float64'"],
+        ),
+        (  # regression: 50 s under load, the time a worker takes to start and say so
+            SCENARIO.replace('engine = "tinyserve"', 'engine = "nosuch_adapter:Engine"'),
+            ["[target] engine 'nosuch_adapter:Engine': no module 'nosuch_adapter'"],
+        ),
+        (SCENARIO.replace("max_tokens = 4", "max_tokens = 0"), ["max_tokens must be between 1"]),
+        (SCENARIO.replace("[[workload.requests]]\nprompt_ids = [1, 5, 9]\nmax_tokens = 4\n", ""), ["is empty"]),
+    ],
+)
+def test_odd_scenarios_are_refused_naming_the_field(tmp_path, edit, words):
+    assert_one_line_error(cli("tools.probe.prober", "--scenario", scenario_file(tmp_path, edit)), BAD_INPUT, *words)
+
+
+@SLOW
+def test_an_adapter_whose_capabilities_raise_is_bad_input(tmp_path):
+    """Regression: the raise was swallowed (no options or sampling checked) and the run then failed as an
+    environment failure, a minute later."""
+    (tmp_path / "raising_adapter.py").write_text(
+        "class Engine:\n    def capabilities(self):\n        raise RuntimeError('not ready')\n"
+    )
+    edit = SCENARIO.replace('engine = "tinyserve"', 'engine = "raising_adapter:Engine"')
+    proc = cli(
+        "tools.probe.prober",
+        "--scenario",
+        scenario_file(tmp_path, edit),
+        env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        timeout=600,
+    )
+    assert_one_line_error(proc, BAD_INPUT, "capabilities() raised RuntimeError: not ready")

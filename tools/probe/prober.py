@@ -218,8 +218,17 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
     # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
     dtype = target.meta.get("noise_dtype") or scenario.target.dtype
-    aligned = iter_aligned(target, without_sampling_judged(low), high)
-    stats = compare.tap_stats(aligned, dtype) + sampler_stats(scenario, target, high)
+    unfinite: list[tuple[str, int]] = []
+    aligned = trusted_finite(iter_aligned(target, without_sampling_judged(low), high), unfinite)
+    stats = compare.tap_stats(aligned, dtype)
+    if unfinite:
+        tap, request = unfinite[0]
+        raise BadInput(
+            f"cannot judge: the trusted reference ({high.engine} {high.dtype}) itself holds NaN or inf at {tap} "
+            f"(request {request}), so no engine can be compared with it; the model is broken, not the engine "
+            "(check the checkpoint's weights and config for NaN, inf or out-of-range values)"
+        )
+    stats += sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
@@ -236,6 +245,20 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
         stats=stats,
         texts=texts,
     )
+
+
+def trusted_finite(aligned, unfinite: list[tuple[str, int]]):
+    """`aligned` passed through, noting each (tap, request) where the trusted high-precision reference is
+    not finite (taps that may mask entries with -inf left out): there every ratio is meaningless, and
+    NaN rows, blanked in both runs, read as agreement."""
+    import torch
+
+    from tools.probe import compare
+
+    for a in aligned:
+        if a.tap not in compare.MASK_TOLERANT and not bool(torch.isfinite(a.y).all()):
+            unfinite.append((a.tap, a.request))
+        yield a
 
 
 def without_sampling_judged(trace: Trace) -> Trace:
