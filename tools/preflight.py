@@ -118,11 +118,10 @@ def declared_fields(arch: str) -> set[str]:
 
 
 def check_key_spelling(model: dict) -> None:
-    """A [model] key one typo from a config field (num_hidden_layer), or a field of another arch's config
-    (gemma2's attn_logit_softcapping on a llama), would become an unused attribute: the reference's model
-    silently keeps its own default or lacks the feature. Keys near no field of any seeded arch pass
-    through (an engine may read them)."""
-    from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS, WEIGHT_KEYS
+    """A [model] key one typo from a config field (num_hidden_layer) would become an unused attribute:
+    the model silently keeps the field's default. Keys near no field pass through (an engine may read
+    them; a field of another arch's config is checked by check_keys_read)."""
+    from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS
 
     arch = model["arch"]
     fields = config_fields(arch)
@@ -130,12 +129,6 @@ def check_key_spelling(model: dict) -> None:
         near = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.85)
         if near:
             raise BadInput(f"[model] {key} is not a {arch} config field; did you mean {near[0]}?")
-        others = sorted(a for a in TINY_PRESETS if a != arch and key in config_fields(a))
-        if others:
-            raise BadInput(
-                f"[model] {key} is a {' and '.join(others)} config field, not a {arch} one: a {arch} model "
-                f"would ignore it (the reference builds a {arch} config); drop it, or set arch = {others[0]!r}"
-            )
 
 
 PATH_KEYS = ("path", "arch")  # beside an existing checkpoint: where it is, and (a label) what it is
@@ -378,12 +371,55 @@ def preflight(
     # transformers (the config's values), then what only a worker can say
     check_config_values(scenario.model)
     source = check_target_source(scenario.target.engine, target_source)
+    check_keys_read(scenario, source)
     check_options(scenario.target, source, "target")
     check_options(scenario.reference, reference_source, "reference")
     check_sampling(scenario, source)
     if texts:
         check_limits(scenario, config, prompt_counter(scenario, source, config))
     return source
+
+
+def other_arch_keys(model: dict) -> list[str]:
+    """[model] keys that only another seeded arch's config declares (gemma2's attn_logit_softcapping on a
+    llama): written into config.json, but the reference's model of this arch ignores them."""
+    from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS, WEIGHT_KEYS
+
+    if "path" in model:
+        return []
+    arch = model["arch"]
+    own = config_fields(arch) | {"arch", "seed", *FILE_KEYS, *WEIGHT_KEYS}
+    others = {a: config_fields(a) for a in TINY_PRESETS if a != arch}
+    return sorted(k for k in model if k not in own and any(k in f for f in others.values()))
+
+
+def check_keys_read(scenario: Scenario, source: Path | None) -> None:
+    """A key of another arch's config is refused when the run would ignore it: the reference does, and the
+    target engine's adapter says its engine does not read it either (Engine.config_keys_read, asked in a
+    worker on the tree under test). An engine that reads it passes: a tree reading a key its arch does not
+    use is what the probe is for. An adapter that does not say passes too."""
+    from tools.engines import config_keys_read
+    from tools.engines.runner import EngineRunError
+    from tools.probe.checkpoints import TINY_PRESETS, ensure_checkpoint
+
+    model = scenario.model
+    suspects = other_arch_keys(model)
+    if not suspects:
+        return
+    try:
+        read = config_keys_read(scenario.target.engine, source, ensure_checkpoint(model))
+    except EngineRunError:
+        return  # the tree does not import: its run says so
+    ignored = [k for k in suspects if read is not None and k not in read]
+    if ignored:
+        key, arch = ignored[0], model["arch"]
+        owners = sorted(a for a in TINY_PRESETS if a != arch and key in config_fields(a))
+        them = "them" if len(ignored) > 1 else "it"
+        raise BadInput(
+            f"[model] {', '.join(ignored)} belong(s) to the {' and '.join(owners)} config, not {arch}'s: both the "
+            f"reference's {arch} model and {scenario.target.engine} would ignore {them}; drop {them}, "
+            f"or set arch = {owners[0]!r}"
+        )
 
 
 def check_reference_precision(scenario: Scenario) -> None:

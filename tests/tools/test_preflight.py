@@ -240,3 +240,21 @@ def test_a_text_prompt_is_counted_as_the_target_engine_encodes_it(tmp_path):
     assert preflight(at_limit) is None  # the bundled tinyserve feeds n tokens
     with pytest.raises(BadInput, match=rf"prompt \({n + 2} tokens\) \+ max_tokens \({1024 - n:,}\) exceeds"):
         preflight(at_limit, fork)
+
+
+def test_a_key_of_another_arch_is_refused_only_where_the_run_would_ignore_it(tmp_path):
+    """Regression: gemma2's attn_logit_softcapping on a llama reached config.json, the reference's llama model
+    and tinyserve both ignored it, and the probe said "agree" about a setting it never ran. A tree whose
+    engine reads the key (reads a key its arch does not use: a bug for the probe to find) is let through."""
+    from tools.engines.runner import DIFFDX_ROOT
+
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "attn_logit_softcapping = 50.0"))
+    with pytest.raises(BadInput, match="attn_logit_softcapping belong.s. to the gemma2 config, not llama's"):
+        preflight(sc)
+    fork = tmp_path / "fork"
+    shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
+    config = fork / "tinyserve" / "config.py"
+    gated = 'attn_logit_softcapping=hf.get("attn_logit_softcapping") if gemma else None'
+    assert gated in config.read_text()
+    config.write_text(config.read_text().replace(gated, 'attn_logit_softcapping=hf.get("attn_logit_softcapping")'))
+    assert preflight(sc, fork) == fork.resolve()

@@ -1,6 +1,7 @@
 """Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
 `python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON), or
-`python -m tools.engines.worker --encode ENGINE CHECKPOINT TEXTS.json OUT.json` (each text prompt's token count)."""
+`python -m tools.engines.worker --encode ENGINE CHECKPOINT TEXTS.json OUT.json` (each text prompt's token count), or
+`python -m tools.engines.worker --config-keys ENGINE CHECKPOINT OUT.json` (the config.json keys it reads)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ def encode_prompts(engine: str, checkpoint: str, texts_path: str, out_path: str)
     return 0
 
 
+def config_keys_read(engine: str, checkpoint: str, out_path: str) -> int:
+    """The checkpoint's config.json keys the engine reads (null when its adapter declares no `config_keys_read`)."""
+    from tools.engines import get_engine
+
+    read = getattr(get_engine(engine), "config_keys_read", None)
+    Path(out_path).write_text(json.dumps(None if read is None else sorted(read(checkpoint))))
+    return 0
+
+
 def native_trees(job) -> dict[str, str]:
     """Python-only evidence the job asks for on a tree that holds no Python source -> why it is
     skipped (an empty record would read as "no function ran"; a skipped one is unknown)."""
@@ -112,6 +122,8 @@ if __name__ == "__main__":
             sys.exit(capabilities(*sys.argv[2:4]))
         if sys.argv[1] == "--encode":
             sys.exit(encode_prompts(*sys.argv[2:6]))
+        if sys.argv[1] == "--config-keys":
+            sys.exit(config_keys_read(*sys.argv[2:5]))
         sys.exit(main(*sys.argv[1:3]))
     except UnknownEngineError as e:  # a one-line error, not a traceback, in the caller's message
         print(f"error: {e}", file=sys.stderr)
