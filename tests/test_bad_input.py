@@ -460,3 +460,22 @@ def test_an_adapter_whose_capabilities_raise_is_bad_input(tmp_path):
         timeout=600,
     )
     assert_one_line_error(proc, BAD_INPUT, "capabilities() raised RuntimeError: not ready")
+
+
+def test_agent_run_good_ref_needs_a_git_tree_that_has_it(tmp_path):
+    """Regression: good_ref with a --target-source outside any git repository was dropped without a word
+    (the report's bisection: "not run"); so was a good_ref naming no commit."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "benchmark" / "subjects" / "tinyserve", tree)
+    (tmp_path / "issue.md").write_text("Greedy output differs from transformers.\n")
+    repro = scenario_file(tmp_path, 'good_ref = "v0.1"\n' + SCENARIO)
+    argv = ["agent.run", "--issue-file", str(tmp_path / "issue.md"), "--repro", repro, "--target-source", str(tree)]
+    assert_one_line_error(cli(*argv, "--out", str(tmp_path / "o")), BAD_INPUT, "good_ref = 'v0.1'", "not in a git")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run(
+        ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init", "--allow-empty"],
+        check=True,
+    )
+    assert_one_line_error(cli(*argv, "--out", str(tmp_path / "o")), BAD_INPUT, "names no commit")
