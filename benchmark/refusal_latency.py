@@ -1,10 +1,10 @@
 """How long a bad scenario takes to be refused: each one run as a newcomer would, per tree, median of N.
 
-    python -m benchmark.refusal_latency [--old DIR] [--repeats 3] [--cli probe|agent] [--only NAME ...]
+    python -m benchmark.refusal_latency [--old DIR] [--repeats 3] [--cli probe|agent --target-source DIR] [--only NAME ...]
 
 Each bad scenario (BAD below) is written to a temp file and run as a real subprocess,
 `python -m tools.probe.prober --scenario FILE` (`--cli agent`: `python -m agent.run --issue-file
-ISSUE --repro FILE --target-source <tinyserve subject> --llm none`), with PYTHONPATH set to the tree
+ISSUE --repro FILE --target-source DIR --llm none`), with PYTHONPATH set to the tree
 being measured: this checkout and, with `--old DIR`, another (e.g. a detached worktree of main),
 interleaved round by round so that machine noise hits both alike. Prints, per scenario and tree,
 the exit code, the median wall time and the last stderr line; the load average is printed first and
@@ -50,24 +50,25 @@ BAD = {
 ISSUE = "Greedy output differs from transformers.\n"
 
 
-def command(cli: str, scenario: Path, tmp: Path) -> list[str]:
+def command(cli: str, scenario: Path, tmp: Path, source: Path | None) -> list[str]:
     if cli == "probe":
         return [sys.executable, "-m", "tools.probe.prober", "--scenario", str(scenario), "--quiet"]
     issue = tmp / "issue.md"
     issue.write_text(ISSUE)
-    source = ROOT / "benchmark" / "subjects" / "tinyserve"
     return [
         *(sys.executable, "-m", "agent.run", "--issue-file", str(issue), "--repro", str(scenario)),
         *("--target-source", str(source), "--llm", "none", "--quiet", "--out", str(tmp / "out")),
     ]
 
 
-def run_once(tree: Path, cli: str, scenario: Path, tmp: Path, timeout: float) -> tuple[int, float, str]:
+def run_once(
+    tree: Path, cli: str, scenario: Path, tmp: Path, timeout: float, source: Path | None = None
+) -> tuple[int, float, str]:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            command(cli, scenario, tmp), capture_output=True, text=True, cwd=tree, env=env, timeout=timeout
+            command(cli, scenario, tmp, source), capture_output=True, text=True, cwd=tree, env=env, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         return -1, time.perf_counter() - start, f"timed out after {timeout:.0f}s"
@@ -84,9 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old", type=Path, help="another diffdx tree to time side by side (e.g. main's)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cli", choices=("probe", "agent"), default="probe")
+    ap.add_argument(
+        "--target-source", type=Path, help="with --cli agent: the tree under test (e.g. benchmark/subjects/tinyserve)"
+    )
     ap.add_argument("--only", nargs="*", help="scenario names (substrings) to run; default all")
     ap.add_argument("--timeout", type=float, default=300.0)
     args = ap.parse_args(argv)
+    if args.cli == "agent" and args.target_source is None:
+        ap.error("--cli agent needs --target-source DIR")
     trees = {"new": ROOT} | ({"old": args.old.resolve()} if args.old else {})
     names = [n for n in BAD if not args.only or any(o in n for o in args.only)]
     print(f"load average before: {load()}  cli: {args.cli}  repeats: {args.repeats}", flush=True)
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[tuple[int, float, str]]] = {t: [] for t in trees}
             for _ in range(args.repeats):
                 for label, tree in trees.items():
-                    runs[label].append(run_once(tree, args.cli, scenario, tmp, args.timeout))
+                    runs[label].append(run_once(tree, args.cli, scenario, tmp, args.timeout, args.target_source))
             for label in trees:
                 codes = sorted({r[0] for r in runs[label]})
                 median = statistics.median(r[1] for r in runs[label])

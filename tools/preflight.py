@@ -76,31 +76,44 @@ LEGACY_KEYS = ("rope_scaling", "rope_theta")  # older spellings the config still
 
 
 def config_fields(arch: str) -> set[str]:
-    """What the arch's HF config declares (declared_fields), read from a file cached per installed
-    transformers version: importing transformers takes seconds, and a misspelt key should be refused
-    before that. Written for every seeded arch at once, so a key of another arch can be named."""
-    from importlib.metadata import PackageNotFoundError, version
+    """What the arch's HF config declares (declared_fields), read from a file cached per Python environment
+    and checked against the config library's installed file (a new version is read afresh): importing
+    transformers takes seconds, and a misspelt key should be refused before that. Written for every seeded
+    arch at once, so that a key of another arch can be named."""
+    import hashlib
+    import sys
 
     from tools.probe.checkpoints import TINY_PRESETS, cache_root
 
-    try:
-        path = cache_root() / "config-fields" / f"transformers-{version('transformers')}.json"
-    except PackageNotFoundError:
-        return declared_fields(arch)
+    path = cache_root() / "config-fields" / f"{hashlib.sha256(sys.prefix.encode()).hexdigest()[:16]}.json"
     try:
         table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
-    if not isinstance(table, dict) or not isinstance(table.get(arch), list):
-        table = {a: sorted(declared_fields(a)) for a in {*TINY_PRESETS, arch}}
+        library = Path(table["library"]).stat()
+        fresh = [library.st_mtime_ns, library.st_size] == table["stat"] and isinstance(table["fields"].get(arch), list)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        fresh = False
+    if not fresh:
+        fields = {a: sorted(declared_fields(a)) for a in {*TINY_PRESETS, arch}}
+        library_file = _config_library_file()
+        stat = Path(library_file).stat()
+        table = {"library": library_file, "stat": [stat.st_mtime_ns, stat.st_size], "fields": fields}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(table, indent=1))
             tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
         except OSError:
-            pass  # a read-only cache: read transformers each time
-    return set(table[arch])
+            pass  # a read-only cache: read the library each time
+    return set(table["fields"][arch])
+
+
+def _config_library_file() -> str:
+    """The installed file of the library whose config classes declared_fields reads (its version's mark)."""
+    import sys
+
+    from transformers import CONFIG_MAPPING
+
+    return str(sys.modules[CONFIG_MAPPING.__module__.split(".")[0]].__file__)
 
 
 def declared_fields(arch: str) -> set[str]:
