@@ -479,3 +479,10 @@ def test_agent_run_good_ref_needs_a_git_tree_that_has_it(tmp_path):
         check=True,
     )
     assert_one_line_error(cli(*argv, "--out", str(tmp_path / "o")), BAD_INPUT, "names no commit")
+
+
+def test_benchmark_run_case_given_twice_is_bad_input(tmp_path):
+    """Regression: a case named twice was run and scored twice, weighing the benchmark's scores."""
+    case = sorted(p.name for p in (ROOT / "benchmark" / "cases").iterdir() if (p / "case.toml").is_file())[0]
+    proc = cli("benchmark.run", case, case, "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, BAD_INPUT, "given more than once", case)
