@@ -29,6 +29,7 @@ from agent.config import LLMS, RunConfig, Settings, UsageError
 from tools import progress
 from tools.errors import (
     AGREE,
+    BAD_INPUT,
     DIVERGED,
     ENVIRONMENT,
     EPILOG,
@@ -390,7 +391,7 @@ def finish(report: dict, out: Path, as_json: bool, console) -> int:
         print(json.dumps(report, indent=2))
     if report.get("error"):
         console.print(f"[red]error:[/red] {report['error']} (partial report in {out})", highlight=False, soft_wrap=True)
-        return ENVIRONMENT
+        return BAD_INPUT if report.get("error_kind") == "bad input" else ENVIRONMENT
     if report.get("diagnosis_of") == "side finding":
         side = report["side_findings"][0]
         console.print(

@@ -486,3 +486,33 @@ def test_benchmark_run_case_given_twice_is_bad_input(tmp_path):
     case = sorted(p.name for p in (ROOT / "benchmark" / "cases").iterdir() if (p / "case.toml").is_file())[0]
     proc = cli("benchmark.run", case, case, "--out", str(tmp_path / "o"))
     assert_one_line_error(proc, BAD_INPUT, "given more than once", case)
+
+
+@SLOW
+@pytest.mark.parametrize("command", ["prober", "agent"])
+def test_a_checkpoint_whose_weights_hold_a_nan_cannot_be_judged(tmp_path, command):
+    """Regression: NaN rows in both runs were blanked and read as agreement up to the sampler, whose
+    probabilities then "diverged" (ratio 5e4): a false alarm, exit 1. Now: cannot judge, exit 2."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from tools.probe.checkpoints import ensure_checkpoint
+
+    checkpoint = tmp_path / "nan"
+    shutil.copytree(ensure_checkpoint({"arch": "llama"}), checkpoint)
+    weights = load_file(checkpoint / "model.safetensors")
+    weights["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    repro = scenario_file(tmp_path, SCENARIO.replace('arch = "llama"', f'path = "{checkpoint}"'))
+    if command == "prober":
+        proc = cli("tools.probe.prober", "--scenario", repro, timeout=900)
+    else:
+        tree = tmp_path / "tree"
+        shutil.copytree(ROOT / "benchmark" / "subjects" / "tinyserve", tree)
+        (tmp_path / "issue.md").write_text("Greedy output differs from transformers.\n")
+        argv = ["--issue-file", str(tmp_path / "issue.md"), "--repro", repro, "--target-source", str(tree)]
+        proc = cli("agent.run", *argv, "--quiet", "--out", str(tmp_path / "o"), timeout=900)
+    assert proc.returncode == BAD_INPUT, proc.stderr[-2000:]
+    assert "cannot judge: the trusted reference" in proc.stderr and "NaN or inf at layers.0.mlp.down" in proc.stderr
+    assert "Traceback" not in proc.stderr
