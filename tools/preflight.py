@@ -287,7 +287,7 @@ def capabilities(engine: str, source: Path | None) -> Capabilities | None:
     from tools.engines import engine_capabilities
     from tools.engines.runner import EngineRunError
 
-    check_engine(engine)  # before any worker starts
+    check_engine(engine, source=source)  # before any worker starts
     try:
         return engine_capabilities(engine, source)
     except EngineRunError:

@@ -35,12 +35,15 @@ def quiet_third_party() -> None:
 
 
 def capabilities(engine: str, out_path: str) -> int:
-    from tools.engines import UnknownEngineError, get_engine
+    from tools.engines import UnknownEngineError, get_engine, registry
 
     adapter = get_engine(engine)
     try:
         declared = adapter.capabilities().to_json()
-    except Exception as e:  # noqa: BLE001 - the adapter's own fault, told as one line (exit 2), not a crash
+    except Exception as e:
+        if engine in registry():  # a registered adapter raises for the tree it reads: that tree's run says why
+            raise
+        # a `module:Class` adapter's own fault: one line (exit 2), not a crash the probe would skip past
         raise UnknownEngineError(
             f"engine {engine!r}: its adapter's capabilities() raised {type(e).__name__}: {e}"[:400]
         ) from None
