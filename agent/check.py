@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     end_cleanly(False)
-    check_engine(args.spec.engine)
+    check_engine(args.spec.engine, source=args.target_source)
     source = check_target_source(args.spec.engine, args.target_source)
     check_options(args.spec, source, "target")
     if args.reference:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypedDict, TypeVar
 
 from agent.config import RunConfig
 from agent.policies import Policy, variant_name
+from tools.errors import BadInput
 from tools.hypotheses.evidence import Culprit, DrillDown, Hypothesis, Reproduction
 from tools.scenario import Scenario
 
@@ -42,6 +43,7 @@ class DiagnosisState(TypedDict, total=False):
     hypotheses: list[Hypothesis]
     report: dict
     error: str | None
+    error_kind: str | None  # "bad input": a stage refused what it was given (exit 2, not 3)
     stopped: str | None  # why the budget ended the diagnosis early
     path: Annotated[list[str], operator.add]
     notes: Annotated[list[str], operator.add]
@@ -152,6 +154,7 @@ def guarded(name: str, node: Callable[[DiagnosisState, Session], dict]):
         except Exception as e:  # a failed stage still leaves a report
             update = {
                 "error": f"{name} failed: {type(e).__name__}: {e}",
+                "error_kind": "bad input" if isinstance(e, BadInput) else None,
                 "notes": [traceback.format_exc(limit=6)[-2000:]],
             }
         update["path"] = [name]
@@ -314,6 +317,7 @@ def report(state: DiagnosisState, session: Session) -> dict:
         "llm_fallbacks": list(session.policy.fallbacks),
         "path": state.get("path", []) + ["report"],
         "error": state.get("error"),
+        "error_kind": state.get("error_kind"),
         "stopped": state.get("stopped"),
         "notes": state.get("notes", []),
         "llm": session.config.llm,

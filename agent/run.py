@@ -29,6 +29,7 @@ from agent.config import LLMS, RunConfig, Settings, UsageError
 from tools import progress
 from tools.errors import (
     AGREE,
+    BAD_INPUT,
     DIVERGED,
     ENVIRONMENT,
     EPILOG,
@@ -224,8 +225,28 @@ def checked_scenario(inputs: Inputs, llm: str) -> Scenario | None:
     if scenario is None and llm == "none":
         scenario = require_scenario(extract_scenario("", inputs.issue_text)[0])
     if scenario is not None:
+        check_good_ref(scenario.good_ref, inputs.repo)  # a subprocess or two: before preflight's workers
         preflight(scenario, inputs.target_source)
     return scenario
+
+
+def check_good_ref(good_ref: str | None, repo: Path | None) -> None:
+    """good_ref bounds the bisection: in a tree that is no git repo, or naming no commit there, it would be
+    dropped without a word (the report's "not run")."""
+    import subprocess
+
+    if not good_ref or repo is None:
+        return
+    git = ["git", "-C", str(repo)]
+    inside = subprocess.run([*git, "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True)
+    if inside.returncode != 0:
+        raise UsageError(
+            f"good_ref = {good_ref!r} needs a git history to bisect, and --target-source {repo} is not in a git "
+            "repository; give the engine's checkout, or drop good_ref"
+        )
+    known = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{good_ref}^{{commit}}"], capture_output=True)
+    if known.returncode != 0:
+        raise UsageError(f"good_ref = {good_ref!r} names no commit in {repo} (git rev-parse); check the ref")
 
 
 def find_case(cases_dir: Path | None, number: int):
@@ -370,7 +391,7 @@ def finish(report: dict, out: Path, as_json: bool, console) -> int:
         print(json.dumps(report, indent=2))
     if report.get("error"):
         console.print(f"[red]error:[/red] {report['error']} (partial report in {out})", highlight=False, soft_wrap=True)
-        return ENVIRONMENT
+        return BAD_INPUT if report.get("error_kind") == "bad input" else ENVIRONMENT
     if report.get("diagnosis_of") == "side finding":
         side = report["side_findings"][0]
         console.print(

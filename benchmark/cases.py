@@ -223,6 +223,9 @@ def load_cases(cases_dir: str | Path | None = None, ids: list[str] | None = None
     if not cases_dir.is_dir():
         raise CaseError(f"cases dir {cases_dir} does not exist")
     folders = case_folders(cases_dir) if not ids else [_resolve_id(cases_dir, i) for i in ids]
+    twice = sorted({str(f) for f in folders if folders.count(f) > 1})
+    if twice:  # each would be run and scored twice, weighing the scores
+        raise CaseError(f"case(s) given more than once: {', '.join(Path(t).name for t in twice)}")
     cases = [load_case(f) for f in folders]
     check_issue_numbers(cases, cases_dir)
     return cases

@@ -397,3 +397,122 @@ def test_the_bad_input_rows_never_wrote_a_report(tmp_path):
         str(tmp_path / "o"),
     )
     assert not (tmp_path / "o" / "report.json").exists() and not (tmp_path / "o" / "args.json").exists()
+
+
+# --- a newcomer's odd inputs: refused at once, with the field named ------------------------------------
+
+
+def test_a_typo_is_refused_before_torch_is_imported(tmp_path):
+    """Regression: every refusal waited for torch and transformers (17-44 s under load): the prober
+    imported torch at module level and preflight built an AutoConfig before any key check. The config
+    fields are read from transformers once per installed version, then from a cached file."""
+    edit = SCENARIO.replace('arch = "llama"', 'arch = "llama"\nnum_hidden_layer = 3')
+    cli("tools.probe.prober", "--scenario", scenario_file(tmp_path, edit))  # the first reads the config fields
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tools.probe.prober", "--scenario", scenario_file(tmp_path, edit)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == BAD_INPUT and "did you mean num_hidden_layers" in proc.stderr, proc.stderr[-500:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "transformers" not in imported
+
+
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (  # regression: gemma2's soft-capping on a llama was kept as an unused attribute, and the probe said "agree"
+            SCENARIO.replace('arch = "llama"', 'arch = "llama"\nattn_logit_softcapping = 50.0'),
+            ["attn_logit_softcapping belong(s) to the gemma2 config, not llama's", "tinyserve would ignore it"],
+        ),
+        (  # regression: a float32 trusted run judged a float64 target, and "agree" came with ratios of 893
+            SCENARIO.replace('dtype = "float32"', 'dtype = "float64"') + '[reference]\ndtype = "float32"\n',
+            ["[reference] dtype = 'float32' is less precise than the target's 'float64'"],
+        ),
+        (  # regression: 50 s under load, the time a worker takes to start and say so
+            SCENARIO.replace('engine = "tinyserve"', 'engine = "nosuch_adapter:Engine"'),
+            ["[target] engine 'nosuch_adapter:Engine': no module 'nosuch_adapter'"],
+        ),
+        (SCENARIO.replace("max_tokens = 4", "max_tokens = 0"), ["max_tokens must be between 1"]),
+        (SCENARIO.replace("[[workload.requests]]\nprompt_ids = [1, 5, 9]\nmax_tokens = 4\n", ""), ["is empty"]),
+    ],
+)
+def test_odd_scenarios_are_refused_naming_the_field(tmp_path, edit, words):
+    assert_one_line_error(cli("tools.probe.prober", "--scenario", scenario_file(tmp_path, edit)), BAD_INPUT, *words)
+
+
+@SLOW
+def test_an_adapter_whose_capabilities_raise_is_bad_input(tmp_path):
+    """Regression: the raise was swallowed (no options or sampling checked) and the run then failed as an
+    environment failure, a minute later."""
+    (tmp_path / "raising_adapter.py").write_text(
+        "class Engine:\n    def capabilities(self):\n        raise RuntimeError('not ready')\n"
+    )
+    edit = SCENARIO.replace('engine = "tinyserve"', 'engine = "raising_adapter:Engine"')
+    proc = cli(
+        "tools.probe.prober",
+        "--scenario",
+        scenario_file(tmp_path, edit),
+        env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
+        timeout=600,
+    )
+    assert_one_line_error(proc, BAD_INPUT, "capabilities() raised RuntimeError: not ready")
+
+
+def test_agent_run_good_ref_needs_a_git_tree_that_has_it(tmp_path):
+    """Regression: good_ref with a --target-source outside any git repository was dropped without a word
+    (the report's bisection: "not run"); so was a good_ref naming no commit."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "benchmark" / "subjects" / "tinyserve", tree)
+    (tmp_path / "issue.md").write_text("Greedy output differs from transformers.\n")
+    repro = scenario_file(tmp_path, 'good_ref = "v0.1"\n' + SCENARIO)
+    argv = ["agent.run", "--issue-file", str(tmp_path / "issue.md"), "--repro", repro, "--target-source", str(tree)]
+    assert_one_line_error(cli(*argv, "--out", str(tmp_path / "o")), BAD_INPUT, "good_ref = 'v0.1'", "not in a git")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run(
+        ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init", "--allow-empty"],
+        check=True,
+    )
+    assert_one_line_error(cli(*argv, "--out", str(tmp_path / "o")), BAD_INPUT, "names no commit")
+
+
+def test_benchmark_run_case_given_twice_is_bad_input(tmp_path):
+    """Regression: a case named twice was run and scored twice, weighing the benchmark's scores."""
+    case = sorted(p.name for p in (ROOT / "benchmark" / "cases").iterdir() if (p / "case.toml").is_file())[0]
+    proc = cli("benchmark.run", case, case, "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, BAD_INPUT, "given more than once", case)
+
+
+@SLOW
+@pytest.mark.parametrize("command", ["prober", "agent"])
+def test_a_checkpoint_whose_weights_hold_a_nan_cannot_be_judged(tmp_path, command):
+    """Regression: NaN rows in both runs were blanked and read as agreement up to the sampler, whose
+    probabilities then "diverged" (ratio 5e4): a false alarm, exit 1. Now: cannot judge, exit 2."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from tools.probe.checkpoints import ensure_checkpoint
+
+    checkpoint = tmp_path / "nan"
+    shutil.copytree(ensure_checkpoint({"arch": "llama"}), checkpoint)
+    weights = load_file(checkpoint / "model.safetensors")
+    weights["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    repro = scenario_file(tmp_path, SCENARIO.replace('arch = "llama"', f'path = "{checkpoint}"'))
+    if command == "prober":
+        proc = cli("tools.probe.prober", "--scenario", repro, timeout=900)
+    else:
+        tree = tmp_path / "tree"
+        shutil.copytree(ROOT / "benchmark" / "subjects" / "tinyserve", tree)
+        (tmp_path / "issue.md").write_text("Greedy output differs from transformers.\n")
+        argv = ["--issue-file", str(tmp_path / "issue.md"), "--repro", repro, "--target-source", str(tree)]
+        proc = cli("agent.run", *argv, "--quiet", "--out", str(tmp_path / "o"), timeout=900)
+    assert proc.returncode == BAD_INPUT, proc.stderr[-2000:]
+    assert "cannot judge: the trusted reference" in proc.stderr and "NaN or inf at layers.0.mlp.down" in proc.stderr
+    assert "Traceback" not in proc.stderr

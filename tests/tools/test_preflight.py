@@ -3,6 +3,7 @@ change; good input passes and names the source tree to use. What an engine takes
 worker that imports the tree under test, as engine runs do."""
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,9 @@ def test_a_text_prompt_past_the_model_s_positions_is_bad_input():
     """Regression: a text prompt of 4,800 tokens on a 1,024-position model passed preflight (a text
     prompt counted as one token) and failed inside the engine: exit 3 and the engine's traceback."""
     sc = loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", f'prompt = "{"hello world " * 800}"'))
-    with pytest.raises(BadInput, match=r"request 0: prompt \(\d{4} tokens\) .* 1024 positions .*shorten the prompt"):
+    with pytest.raises(
+        BadInput, match=r"request 0: prompt \((at least )?\d{4} tokens\) .* 1024 positions .*shorten the prompt"
+    ):
         preflight(sc)
     preflight(loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", 'prompt = "hello world"')))
 
@@ -214,3 +217,44 @@ def test_cuts_and_seed_of_a_greedy_request_are_moot_for_an_engine_that_does_not_
     assert unhonoured_sampling({"temperature": 0.7, "top_k": 50}, greedy_only) == ["temperature", "top_k"]
     assert unhonoured_sampling({"presence_penalty": 0.3}, greedy_only) == ["presence_penalty"]
     assert unhonoured_sampling({"presence_penalty": 0.3}, None) == []
+
+
+def test_a_text_prompt_is_counted_as_the_target_engine_encodes_it(tmp_path):
+    """Regression: preflight counted a text prompt with transformers' tokenizer, not the engine's: a tree
+    whose tokenizer adds BOS and EOS feeds 2 tokens more than preflight counted, so a prompt at the limit
+    passed preflight and overran in the engine. The count now comes from the tree's adapter (a worker)."""
+    from tools.engines.runner import DIFFDX_ROOT
+    from tools.preflight import least_counter
+
+    fork = tmp_path / "fork"
+    shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
+    tokenizer = fork / "tinyserve" / "tokenizer.py"
+    plain = "        return self._tok.encode(text, add_special_tokens=False).ids\n"
+    assert plain in tokenizer.read_text()
+    bos_eos = "        return [1] + self._tok.encode(text, add_special_tokens=False).ids + [2]\n"
+    tokenizer.write_text(tokenizer.read_text().replace(plain, bos_eos))
+    text = "Once upon a time there was a small language model"
+    sc = loads(SCENARIO.replace("prompt_ids = [1, 2, 3]", f'prompt = "{text}"'))
+    n = least_counter(sc.model, {"vocab_size": 512})(text)
+    at_limit = sc.with_requests([replace(sc.requests[0], max_tokens=1024 - n)])
+    assert preflight(at_limit) is None  # the bundled tinyserve feeds n tokens
+    with pytest.raises(BadInput, match=rf"prompt \({n + 2} tokens\) \+ max_tokens \({1024 - n:,}\) exceeds"):
+        preflight(at_limit, fork)
+
+
+def test_a_key_of_another_arch_is_refused_only_where_the_run_would_ignore_it(tmp_path):
+    """Regression: gemma2's attn_logit_softcapping on a llama reached config.json, the reference's llama model
+    and tinyserve both ignored it, and the probe said "agree" about a setting it never ran. A tree whose
+    engine reads the key (reads a key its arch does not use: a bug for the probe to find) is let through."""
+    from tools.engines.runner import DIFFDX_ROOT
+
+    sc = loads(SCENARIO.replace("num_hidden_layers = 3", "attn_logit_softcapping = 50.0"))
+    with pytest.raises(BadInput, match="attn_logit_softcapping belong.s. to the gemma2 config, not llama's"):
+        preflight(sc)
+    fork = tmp_path / "fork"
+    shutil.copytree(DIFFDX_ROOT / "benchmark" / "subjects" / "tinyserve", fork)
+    config = fork / "tinyserve" / "config.py"
+    gated = 'attn_logit_softcapping=hf.get("attn_logit_softcapping") if gemma else None'
+    assert gated in config.read_text()
+    config.write_text(config.read_text().replace(gated, 'attn_logit_softcapping=hf.get("attn_logit_softcapping")'))
+    assert preflight(sc, fork) == fork.resolve()

@@ -149,6 +149,52 @@ def engine_capabilities(
     return _capabilities_cache[key]
 
 
+def encode_prompts(
+    engine: str,
+    source_root: str | Path | None,
+    checkpoint: str | Path,
+    texts: list[str],
+    timeout: float = CAPABILITIES_TIMEOUT_S,
+) -> list[int] | None:
+    """Text prompts -> how many tokens the engine feeds the model for each (its adapter's optional
+    `encode_prompts(checkpoint, texts)`: the tokenizer, special tokens and template its runs use), asked
+    of a worker that imports the tree under test. None: the adapter does not say."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="diffdx-encode-") as tmp:
+        given = Path(tmp) / "texts.json"
+        given.write_text(json.dumps(texts))
+        counts = _ask_worker("--encode", engine, source_root, [str(checkpoint), str(given)], timeout)
+    return None if counts is None else [int(n) for n in counts]
+
+
+def config_keys_read(
+    engine: str, source_root: str | Path | None, checkpoint: str | Path, timeout: float = CAPABILITIES_TIMEOUT_S
+) -> set[str] | None:
+    """The checkpoint's config.json keys the engine reads (its adapter's optional `config_keys_read`),
+    asked of a worker that imports the tree under test. None: the adapter does not say."""
+    keys = _ask_worker("--config-keys", engine, source_root, [str(checkpoint)], timeout)
+    return None if keys is None else set(keys)
+
+
+def _ask_worker(mode: str, engine: str, source_root, args: list[str], timeout: float):
+    """One worker call in `mode` (tools.engines.worker), its JSON answer written to a file."""
+    import tempfile
+
+    from tools.engines.runner import EngineRunError, execute, worker_env
+
+    with tempfile.TemporaryDirectory(prefix="diffdx-ask-") as tmp:
+        out = Path(tmp) / "answer.json"
+        env = worker_env(source_root, engine=engine)
+        code, log = execute([mode, engine, *args, str(out)], env, Path(tmp), timeout, engine)
+        if code is None:
+            raise EngineRunError(f"{engine} {mode} timed out after {timeout:.0f}s", "timeout", log[-4000:])
+        if code != 0 or not out.exists():
+            tail = log.strip().splitlines() or ["no output"]
+            raise EngineRunError(f"{engine} {mode} failed: {tail[-1][:300]}", "crash", log[-4000:])
+        return json.loads(out.read_text())
+
+
 def zygote_preload(env: dict) -> tuple[str, ...]:
     """Modules a zygote forking runs with `env` may import ahead (ZYGOTE_PRELOAD): those of every
     package that no folder on the run's PYTHONPATH holds a copy of (a tree under test, a release)."""

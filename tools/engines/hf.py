@@ -89,6 +89,27 @@ class HFEngine:
     name = "transformers"
     package = "transformers"  # what a --target-source root must hold
 
+    def config_keys_read(self, checkpoint: str) -> list[str]:
+        """What the checkpoint's config class declares in this transformers (its defaults, its and its bases'
+        __init__ parameters, aliases): a model reads its config's fields, and other keys stay unused attributes."""
+        import inspect
+
+        from transformers import AutoConfig
+
+        cls = type(AutoConfig.from_pretrained(checkpoint))
+        fields = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {}))
+        for base in cls.__mro__:
+            if "__init__" in vars(base):
+                fields |= set(inspect.signature(vars(base)["__init__"]).parameters)
+        return sorted(fields)
+
+    def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
+        """Each text prompt as a run feeds it (prompt_ids, the checkpoint's AutoTokenizer)."""
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(checkpoint)
+        return [prompt_ids(Request(prompt=text), tok) for text in texts]
+
     def capabilities(self) -> Capabilities:
         # accepted_options: the allow-list (tools/engines/hf_generate.py), options this adapter taps
         # correctly; everything else is refused up front with its reason

@@ -33,6 +33,11 @@ from tools.scenario import Request
 class RefModelEngine:
     name = "refmodel"
 
+    def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
+        """Each text prompt as a run feeds it (prompt_ids, the checkpoint's tokenizer.json)."""
+        tok = Tokenizer.from_checkpoint(checkpoint)
+        return [prompt_ids(Request(prompt=text), tok) for text in texts]
+
     def capabilities(self) -> Capabilities:
         return Capabilities(taps=("embed", "layers.*", "final_norm", "logits", "sampler.*"))
 

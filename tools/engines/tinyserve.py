@@ -41,6 +41,7 @@ back into the module output the tap is read from (`write_output`, the inverse of
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -352,6 +353,38 @@ COLUMN_PARALLEL_TAPS = (
 )
 
 
+class ReadRecorder(dict):
+    """A config dict that notes which keys were looked up."""
+
+    def __init__(self, data: dict):
+        super().__init__(data)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def __iter__(self):
+        self.read.update(super().keys())
+        return super().__iter__()
+
+    def keys(self):
+        self.read.update(super().keys())
+        return super().keys()
+
+    def items(self):
+        self.read.update(super().keys())
+        return super().items()
+
+
 def import_tinyserve():
     """The tree under test if it is on the path, else the pristine subject beside diffdx.
 
@@ -653,6 +686,27 @@ def _injection(job: RunJob, tp: int) -> Injection | None:
 class TinyServeEngine:
     name = "tinyserve"
     package = "tinyserve"  # what a --target-source root must hold
+
+    def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
+        """Each text prompt as a run feeds it (plan_requests): the tree's own tokenizer, loaded as its
+        engine loads it, on the checkpoint."""
+        import_tinyserve()
+        from tinyserve.tokenizer import Tokenizer
+
+        tok = Tokenizer.maybe_load(checkpoint)
+        if tok is None:
+            raise ValueError(f"a text prompt needs a tokenizer in {checkpoint}")
+        return [list(tok.encode(text)) for text in texts]
+
+    def config_keys_read(self, checkpoint: str) -> list[str]:
+        """The checkpoint's config.json keys the tree's engine reads: its ModelConfig.from_dict (as its
+        from_dir calls it) on a dict that records each lookup (iterating it counts as reading every key)."""
+        import_tinyserve()
+        from tinyserve.config import ModelConfig
+
+        config = ReadRecorder(json.loads((Path(checkpoint) / "config.json").read_text()))
+        ModelConfig.from_dict(config)
+        return sorted(config.read)
 
     def capabilities(self) -> Capabilities:
         ts = import_tinyserve()

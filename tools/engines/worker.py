@@ -1,5 +1,7 @@
 """Worker process entry: `python -m tools.engines.worker JOB.json OUT_DIR`, or
-`python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON)."""
+`python -m tools.engines.worker --capabilities ENGINE OUT.json` (writes the engine's Capabilities as JSON), or
+`python -m tools.engines.worker --encode ENGINE CHECKPOINT TEXTS.json OUT.json` (each text prompt's token count), or
+`python -m tools.engines.worker --config-keys ENGINE CHECKPOINT OUT.json` (the config.json keys it reads)."""
 
 from __future__ import annotations
 
@@ -33,9 +35,39 @@ def quiet_third_party() -> None:
 
 
 def capabilities(engine: str, out_path: str) -> int:
+    from tools.engines import UnknownEngineError, get_engine, registry
+
+    adapter = get_engine(engine)
+    try:
+        declared = adapter.capabilities().to_json()
+    except Exception as e:
+        if engine in registry():  # a registered adapter raises for the tree it reads: that tree's run says why
+            raise
+        # a `module:Class` adapter's own fault: one line (exit 2), not a crash the probe would skip past
+        raise UnknownEngineError(
+            f"engine {engine!r}: its adapter's capabilities() raised {type(e).__name__}: {e}"[:400]
+        ) from None
+    Path(out_path).write_text(json.dumps(declared))
+    return 0
+
+
+def encode_prompts(engine: str, checkpoint: str, texts_path: str, out_path: str) -> int:
+    """The adapter's token count of each text prompt (null when it declares no `encode_prompts`)."""
     from tools.engines import get_engine
 
-    Path(out_path).write_text(json.dumps(get_engine(engine).capabilities().to_json()))
+    encode = getattr(get_engine(engine), "encode_prompts", None)
+    texts = json.loads(Path(texts_path).read_text())
+    counts = None if encode is None else [len(ids) for ids in encode(checkpoint, texts)]
+    Path(out_path).write_text(json.dumps(counts))
+    return 0
+
+
+def config_keys_read(engine: str, checkpoint: str, out_path: str) -> int:
+    """The checkpoint's config.json keys the engine reads (null when its adapter declares no `config_keys_read`)."""
+    from tools.engines import get_engine
+
+    read = getattr(get_engine(engine), "config_keys_read", None)
+    Path(out_path).write_text(json.dumps(None if read is None else sorted(read(checkpoint))))
     return 0
 
 
@@ -89,7 +121,13 @@ if __name__ == "__main__":
 
     quiet_third_party()
     try:
-        sys.exit(capabilities(*sys.argv[2:4]) if sys.argv[1] == "--capabilities" else main(*sys.argv[1:3]))
+        if sys.argv[1] == "--capabilities":
+            sys.exit(capabilities(*sys.argv[2:4]))
+        if sys.argv[1] == "--encode":
+            sys.exit(encode_prompts(*sys.argv[2:6]))
+        if sys.argv[1] == "--config-keys":
+            sys.exit(config_keys_read(*sys.argv[2:5]))
+        sys.exit(main(*sys.argv[1:3]))
     except UnknownEngineError as e:  # a one-line error, not a traceback, in the caller's message
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -217,8 +217,15 @@ def edited_config(written: dict, model: dict) -> dict:
 
 def build_tokenizer(vocab_size: int):
     """A byte-level BPE tokenizer trained on a fixed corpus: deterministic, offline."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    tok = build_bpe(vocab_size)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def build_bpe(vocab_size: int):
+    """build_tokenizer's `tokenizers.Tokenizer` itself (no transformers import)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -230,4 +237,4 @@ def build_tokenizer(vocab_size: int):
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    return tok

@@ -14,16 +14,18 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools import progress
-from tools.engines.protocol import RunJob, check_spec
 from tools.engines.runner import EngineRunError, end_cleanly, run_engine
 from tools.errors import EPILOG, BadInput, run_cli
-from tools.probe import compare
-from tools.probe.align import iter_aligned
-from tools.probe.checkpoints import ensure_checkpoint, reference_checkpoint
-from tools.probe.trace import Trace
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
+
+if TYPE_CHECKING:  # these import torch: loaded where a run or a comparison needs them, so that the
+    # command line refuses bad input (tools.preflight) in a fraction of a second, not after torch's import
+    from tools.engines.protocol import RunJob
+    from tools.probe import compare
+    from tools.probe.trace import Trace
 
 TEXT_TAP = "detokenizer"  # pseudo-tap: the target's text is not the decoding of its own tokens
 TEXT_MISMATCH_RATIO = 1e6  # a text mismatch has no error ratio; report one far above any threshold
@@ -51,6 +53,8 @@ class ProbeResult:
             return f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
         if self.first is None:
             return f"tokens differ at {self.tokens} but no tap crosses the threshold"
+        from tools.probe import compare
+
         f = self.first
         return (
             f"first divergence at {f.tap} (step {f.step}, requests {f.requests}, "
@@ -95,6 +99,9 @@ class Prober:
         op_checks: bool = False,
     ) -> Trace:
         """`timeout`: seconds for this run (default: the prober's)."""
+        from tools.engines.protocol import RunJob, check_spec
+        from tools.probe.checkpoints import ensure_checkpoint
+
         check_spec(scenario.target, self.device)  # an option the adapter cannot tap is refused before any engine starts
         job = RunJob(
             scenario,
@@ -123,6 +130,10 @@ class Prober:
     ) -> Trace:
         """`weights`: the target run's quantization (its trace meta), which the reference mirrors;
         `timeout`: seconds for this run (default: the prober's)."""
+        from tools.engines.protocol import RunJob
+        from tools.probe import compare
+        from tools.probe.checkpoints import reference_checkpoint
+
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
         checkpoint = str(reference_checkpoint(scenario.model, weights))
         key = json.dumps(
@@ -200,13 +211,24 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     """Three traces of one scenario -> ProbeResult (pure apart from the traces it is given). Taps are
     compared one at a time and only their summaries kept: over lazily loaded traces
     (`trace.load(dir, lazy=True)`) the memory it needs does not grow with the number of layers."""
+    from tools.probe import compare
+    from tools.probe.align import iter_aligned
     from tools.probe.sampler_taps import sampler_stats
 
     # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
     # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
     dtype = target.meta.get("noise_dtype") or scenario.target.dtype
-    aligned = iter_aligned(target, without_sampling_judged(low), high)
-    stats = compare.tap_stats(aligned, dtype) + sampler_stats(scenario, target, high)
+    unfinite: list[tuple[str, int]] = []
+    aligned = trusted_finite(iter_aligned(target, without_sampling_judged(low), high), unfinite)
+    stats = compare.tap_stats(aligned, dtype)
+    if unfinite:
+        tap, request = unfinite[0]
+        raise BadInput(
+            f"cannot judge: the trusted reference ({high.engine} {high.dtype}) itself holds NaN or inf at {tap} "
+            f"(request {request}), so no engine can be compared with it; the model is broken, not the engine "
+            "(check the checkpoint's weights and config for NaN, inf or out-of-range values)"
+        )
+    stats += sampler_stats(scenario, target, high)
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
@@ -225,10 +247,27 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     )
 
 
+def trusted_finite(aligned, unfinite: list[tuple[str, int]]):
+    """`aligned` passed through, noting each (tap, request) where the trusted high-precision reference is
+    not finite (taps that may mask entries with -inf left out): there every ratio is meaningless, and
+    NaN rows, blanked in both runs, read as agreement."""
+    import torch
+
+    from tools.probe import compare
+
+    for a in aligned:
+        if a.tap not in compare.MASK_TOLERANT and not bool(torch.isfinite(a.y).all()):
+            unfinite.append((a.tap, a.request))
+        yield a
+
+
 def without_sampling_judged(trace: Trace) -> Trace:
     """The trace less its taps judged as sampling (compare.SAMPLING_JUDGED, by tools.probe.sampler_taps on
     the target and high-precision traces): aligned against it, they are skipped before any of their
     rows is read (vocabulary-wide rows, hundreds of MB for a real model). Blocks are shared, not copied."""
+    from tools.probe import compare
+    from tools.probe.trace import Trace
+
     blocks = [b for b in trace.blocks() if b.name not in compare.SAMPLING_JUDGED]
     return Trace(trace.engine, trace.dtype, trace.outputs, meta=trace.meta, blocks=blocks)
 
@@ -249,6 +288,8 @@ def text_divergence(scenario: Scenario, target: Trace, reference: Trace) -> list
 
 def text_divergence_record(target: Trace, requests: list[int]) -> compare.Divergence:
     """The text mismatch as a divergence at the `detokenizer` pseudo-tap, over the generated positions."""
+    from tools.probe import compare
+
     o = target.outputs[requests[0]]
     positions = list(range(len(o.prompt_ids), len(o.prompt_ids) + len(o.output_ids)))
     return compare.Divergence(
@@ -263,6 +304,7 @@ def text_divergence_record(target: Trace, requests: list[int]) -> compare.Diverg
 
 
 def greedy_token_divergence(scenario: Scenario, target: Trace, high: Trace, dtype: str = "") -> dict[int, int]:
+    from tools.probe import compare
     from tools.probe.align import index
 
     logits = index(high, names=("sampler.logits", "logits"))
@@ -319,6 +361,8 @@ def _literal(v: str):
 
 
 def render_table(result: ProbeResult) -> str:
+    from tools.probe import compare
+
     lines = [f"{'where':<16}{'max ratio':>12}", "-" * 28]
     lines += [
         f"{name:<16}{ratio:>12.3g}" + ("  <-- diverges" if ratio > compare.THRESHOLD else "")
