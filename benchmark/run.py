@@ -153,6 +153,10 @@ def diagnose_one(job: Job) -> dict:
             report = _call_agent(job, case, repo, out_dir)
         except Exception as e:  # a crashing case is a scored miss, never the end of the run
             report = error_report(case.issue_number, f"{type(e).__name__}: {e}", traceback.format_exc())
+        finally:  # a worker runs many cases: the zygotes of this case's trees would linger, idle, till the end
+            from tools.engines.runner import stop_tree_zygotes
+
+            stop_tree_zygotes(tmp)
     report.setdefault("issue", str(case.issue_number))
     cost = report.setdefault("cost", {})
     if isinstance(cost, dict):
