@@ -13,32 +13,27 @@ The order changes no diagnosis; scoring and the tables keep the cases' own order
 from __future__ import annotations
 
 import json
+import tomllib
+from functools import cache
 from pathlib import Path
 
 from benchmark.cases import Case
 
-# CPU seconds of one diagnosis on a quiet core, measured on this 2-core machine
-# (`benchmark.run --workers 1`, cost.cpu_s; README "Benchmark cost"). A subject or track not
-# listed costs DEFAULT_S.
-PRIOR_S: dict[tuple[str, str], float] = {
-    ("tinyserve", "easy"): 30.0,
-    ("tinyserve", "hard"): 20.0,
-    ("tinyserve", "at-base"): 25.0,
-    ("transformers", "easy"): 110.0,
-    ("transformers", "real"): 180.0,
-    ("llama.cpp", "easy"): 60.0,
-    ("llama.cpp", "hard"): 60.0,
-    ("llama.cpp", "at-base"): 90.0,
-}
-DEFAULT_S = 60.0
-COMPILE_S = 400.0  # a repro with `compile = true` in its target options, whatever its subject
+PRIOR_FILE = Path(__file__).parent / "subjects" / "cost_prior.toml"  # per subject and track (data, not code)
 
 
-def prior_cpu_s(case: Case) -> float:
-    """A case's estimated CPU seconds from its subject, track and repro alone. Pure."""
+@cache
+def cost_prior(path: Path = PRIOR_FILE) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def prior_cpu_s(case: Case, prior: dict | None = None) -> float:
+    """A case's estimated CPU seconds from its subject, track and repro alone (subjects/cost_prior.toml)."""
+    prior = cost_prior() if prior is None else prior
     if case.scenario.target.options.get("compile"):
-        return COMPILE_S
-    return PRIOR_S.get((case.subject, case.track), DEFAULT_S)
+        return float(prior["compile"])
+    return float((prior.get(case.subject) or {}).get(case.track, prior["default"]))
 
 
 def previous_costs(path: Path) -> dict[str, float]:

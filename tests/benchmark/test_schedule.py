@@ -6,7 +6,7 @@ import json
 
 from benchmark.cases import load_cases
 from benchmark.run import cpu_line, cpu_summary
-from benchmark.schedule import COMPILE_S, costliest_first, previous_costs, prior_cpu_s
+from benchmark.schedule import cost_prior, costliest_first, previous_costs, prior_cpu_s
 
 
 def test_bundled_cases_start_with_compiled_repros_and_end_with_tinyserve():
@@ -19,7 +19,7 @@ def test_bundled_cases_start_with_compiled_repros_and_end_with_tinyserve():
     plain_tinyserve = [first[c.id] for c in cases if c.subject == "tinyserve" and c.id not in compiled]
     assert max(real) < min(plain_tinyserve), "a release-history case never waits behind a tinyserve one"
     assert sorted(order) == sorted(c.id for c in cases), "every case once"
-    assert all(prior_cpu_s(c) == COMPILE_S for c in cases if c.id in compiled)
+    assert all(prior_cpu_s(c) == cost_prior()["compile"] for c in cases if c.id in compiled)
 
 
 def test_an_earlier_run_s_figures_beat_the_prior_and_ties_keep_the_given_order(tmp_path):
