@@ -3,11 +3,14 @@
     python -m benchmark.run [--cases-dir DIR] [CASE ...] [--agent full|output-only|bisect-only|module:function]
                             [--llm none|openai] [--model NAME] [--config run.toml] [--max-engine-runs N]
                             [--max-wall-s S] [--verify-top N] [--workers N] [--ray | --ray-address A] [--samples N]
-                            --out DIR
+                            [--costs-from results.json] --out DIR
 
 Per case (and sample) a worker builds the case repo in a temp dir and calls the agent with only
 the CaseInput and the diagnosis's config (agent.config.RunConfig: `--config` file, then the
-flags); the agent never sees the case folder or its truth. Output:
+flags); the agent never sees the case folder or its truth. Cases start costliest first
+(benchmark/schedule.py: an earlier run's `--costs-from` figures, else a prior by subject, track and
+compile), so that with N workers no long case is left to run alone at the end. Each report's
+`cost.cpu_s` is the CPU its diagnosis used, child processes included (benchmark/cputime.py). Output:
 
     DIR/args.json                 the run's config, the diagnosis's included (docs/style.md §12)
     DIR/<case-id>/report.json     the agent's report (+ report.md if it writes one); with
@@ -42,6 +45,8 @@ from pathlib import Path
 from agent import config as agent_config
 from benchmark.build import build_case_repo, read_commit_map
 from benchmark.cases import Case, CaseError, case_input, load_case, load_cases, load_truth
+from benchmark.cputime import tree_cpu_s
+from benchmark.schedule import costliest_first, previous_costs
 from benchmark.score import CaseScore, score_case, summarize
 from tools import progress as status
 from tools.errors import EPILOG, BadInput, run_cli, writable_dir
@@ -81,6 +86,7 @@ class RunConfig:
     samples: int = 1
     diagnosis: agent_config.RunConfig | None = None  # each diagnosis's config; None: the defaults with `llm`
     ablate: tuple[str, ...] = ()  # parts of the full pipeline switched off (benchmark/ablations.py)
+    costs_from: Path | None = None  # an earlier results.json: its per-case CPU orders the cases (benchmark/schedule.py)
 
     def __post_init__(self):
         if self.llm not in LLMS:
@@ -138,7 +144,7 @@ def diagnose_one(job: Job) -> dict:
     case = load_case(job.case_dir)
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), tree_cpu_s()
     commits = None
     with tempfile.TemporaryDirectory(prefix=f"diffdx-{case.id}-") as tmp:
         try:
@@ -147,10 +153,15 @@ def diagnose_one(job: Job) -> dict:
             report = _call_agent(job, case, repo, out_dir)
         except Exception as e:  # a crashing case is a scored miss, never the end of the run
             report = error_report(case.issue_number, f"{type(e).__name__}: {e}", traceback.format_exc())
+        finally:  # a worker runs many cases: the zygotes of this case's trees would linger, idle, till the end
+            from tools.engines.runner import stop_tree_zygotes
+
+            stop_tree_zygotes(tmp)
     report.setdefault("issue", str(case.issue_number))
     cost = report.setdefault("cost", {})
     if isinstance(cost, dict):
         cost.setdefault("wall_s", round(time.monotonic() - started, 3))
+        cost["cpu_s"] = round(tree_cpu_s() - cpu_started, 3)  # this process and its children (benchmark/cputime.py)
     write_json(out_dir / "report.json", report)
     return {"case": case.id, "sample": job.sample, "report": report, "commits": commits}
 
@@ -289,8 +300,9 @@ def run_benchmark(cfg: RunConfig) -> dict:
         raise CaseError(f"no cases to run in {cfg.cases_dir or 'the bundled cases dir'}")
     truths = {c.id: load_truth(c) for c in cases}  # a malformed truth.toml fails before any diagnosis
     resolve_agent(ABLATED_AGENT if cfg.ablate else cfg.agent)  # and so does an agent that cannot be imported
+    previous = _previous_costs(cfg.costs_from)
     write_json(cfg.out / "args.json", run_record(cfg, cases))
-    jobs = make_jobs(cases, cfg)
+    jobs = make_jobs(costliest_first(cases, previous), cfg)  # the longest first: no long case ends the run alone
     with status.task("benchmark cases done", total=len(jobs)) as line:
         if cfg.ray:
             results = execute_ray(jobs, cfg.workers, _progress(len(jobs), line), cfg.ray_address)
@@ -302,6 +314,15 @@ def run_benchmark(cfg: RunConfig) -> dict:
     (cfg.out / "results.md").write_text(results_markdown(out))
     plot_by_category(out, cfg.out / "results_by_category.png")
     return out
+
+
+def _previous_costs(path: Path | None) -> dict[str, float]:
+    if path is None:
+        return {}
+    try:
+        return previous_costs(path)
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise ValueError(f"--costs-from {path}: not a readable results.json ({type(e).__name__}: {e})") from None
 
 
 def _score(case: Case, truth, results: list[dict], cfg: RunConfig) -> CaseScore:
@@ -366,6 +387,21 @@ def results_record(cfg: RunConfig, scores: list[CaseScore]) -> dict:
         "by_subject": {k: a.to_dict() for k, a in summary["by_subject"].items()},
         "by_track": {k: a.to_dict() for k, a in summary["by_track"].items()},
         "cases": [s.to_dict() for s in scores],
+        "cpu": cpu_summary([s.cpu_s for s in scores], cfg.workers),
+    }
+
+
+def cpu_summary(cpu_s: list[float], workers: int) -> dict:
+    """Per-case CPU seconds -> total, per case, the longest, and the wall the run would take on `workers`
+    quiet cores: max(total / workers, longest case) (a lower bound: ignores start-up and the order). Pure."""
+    total = sum(cpu_s)
+    longest = max(cpu_s, default=0.0)
+    return {
+        "total_s": round(total, 1),
+        "per_case_s": round(total / len(cpu_s), 1) if cpu_s else 0.0,
+        "longest_case_s": round(longest, 1),
+        "workers": workers,
+        "projected_quiet_wall_s": round(max(total / workers, longest), 1),
     }
 
 
@@ -373,35 +409,47 @@ def results_markdown(results: dict) -> str:
     """results.json -> the table: overall, per category, per subject, per track; then one row per case."""
     head = (
         "| | cases | function pass@1 | pass@1 (ties worst) | pass@5 | component acc | commit acc | engine runs | tokens "
-        "| wall s | errors |"
+        "| wall s | CPU s | errors |"
     )
     lines = [
         f"# Benchmark results: agent `{results['config']['agent']}`, llm `{results['config']['llm']}`"
         + (f", ablated `{','.join(results['config']['ablate'])}`" if results["config"].get("ablate") else ""),
         "",
+        *([cpu_line(results.get("cpu")), ""] if results.get("cpu") else []),
         head,
-        "|" + "---|" * 11,
+        "|" + "---|" * 12,
         _md_row("**overall**", results["overall"]),
     ]
     lines += [_md_row(name, agg) for name, agg in results["by_category"].items()]
-    lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 11]
+    lines += ["", head.replace("| |", "| subject |", 1), "|" + "---|" * 12]
     lines += [_md_row(name, agg) for name, agg in results["by_subject"].items()]
-    lines += ["", head.replace("| |", "| track |", 1), "|" + "---|" * 11]
+    lines += ["", head.replace("| |", "| track |", 1), "|" + "---|" * 12]
     lines += [_md_row(name, agg) for name, agg in results.get("by_track", {}).items()]
     lines += [
         "",
         "| case | category | rank | rank (ties worst) | pass@1 | pass@5 | component | commit | engine runs | tokens "
-        "| wall s |",
-        "|" + "---|" * 11,
+        "| wall s | CPU s |",
+        "|" + "---|" * 12,
     ]
     for c in results["cases"]:
         lines.append(
             f"| {c['case']} | {c['category']} | {c['rank'] or '-'} | {c.get('rank_worst') or '-'} | "
             f"{c['pass_at_1']:.2f} | "
             f"{c['pass_at_5']:.2f} | {c['component']:.2f} | {_fmt(c['commit'])} | {c['engine_runs']:.1f} | "
-            f"{c['tokens']:.0f} | {c['wall_s']:.1f} |" + (" error" if c["errors"] else "")
+            f"{c['tokens']:.0f} | {c['wall_s']:.1f} | {c.get('cpu_s', 0.0):.1f} |" + (" error" if c["errors"] else "")
         )
     return "\n".join(lines) + "\n"
+
+
+def cpu_line(cpu: dict | None) -> str:
+    """results.json's "cpu" -> the line under the title: CPU s total / per case, projected quiet wall. Pure."""
+    if not cpu:
+        return ""
+    return (
+        f"CPU s total / per case: {cpu['total_s']:.1f} / {cpu['per_case_s']:.1f} (longest case "
+        f"{cpu['longest_case_s']:.1f}); projected wall on {cpu['workers']} quiet cores with --workers "
+        f"{cpu['workers']}: {cpu['projected_quiet_wall_s'] / 60:.1f} min (max of total / workers and the longest case)"
+    )
 
 
 def _md_row(name: str, agg: dict) -> str:
@@ -409,7 +457,7 @@ def _md_row(name: str, agg: dict) -> str:
         f"| {name} | {agg['cases']} | {agg['pass_at_1']:.2f} | {agg.get('pass_at_1_ties', float('nan')):.2f} | "
         f"{agg['pass_at_5']:.2f} | {agg['component_acc']:.2f} | "
         f"{_fmt(agg['commit_acc'])} | {agg['engine_runs']:.1f} | {agg['tokens']:.0f} | {agg['wall_s']:.1f} | "
-        f"{agg['errors']} |"
+        f"{agg.get('cpu_s', 0.0):.1f} | {agg['errors']} |"
     )
 
 
@@ -473,6 +521,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ray", action="store_true", help="run diagnoses as Ray tasks on a local Ray started here")
     ap.add_argument("--ray-address", help="run diagnoses as Ray tasks on this running cluster (default $RAY_ADDRESS)")
     ap.add_argument("--samples", type=int, default=1, help="runs per case, for stochastic (LLM) agents")
+    ap.add_argument(
+        "--costs-from",
+        type=Path,
+        help="an earlier run's results.json: start the cases it measured as costliest first (default: a prior)",
+    )
     ap.add_argument("--out", type=Path, help="output folder (required unless --list)")
     ap.add_argument("--quiet", action="store_true", help="no live status line on stderr")
     ap.add_argument("--keep-temp", action="store_true", help="keep each engine run's folder (/tmp/diffdx-run-*)")
@@ -518,6 +571,7 @@ def _main(argv: list[str] | None) -> int:
             samples=args.samples,
             diagnosis=diagnosis_config(args),
             ablate=ablate,
+            costs_from=args.costs_from,
         )
         with status.live(quiet=args.quiet):
             results = run_benchmark(cfg)

@@ -20,8 +20,8 @@ Definitions (one place, so every table means the same thing):
   `commit`) names the truth commit: a sha prefix of >= 7 hex digits of the built commit, or
   its exact subject line. None when the truth has no commit (bug present since base) or no
   commit map is known.
-- Cost per case: `cost.engine_runs`, `cost.tokens_in + cost.tokens_out`, `cost.wall_s`, mean
-  over samples.
+- Cost per case: `cost.engine_runs`, `cost.tokens_in + cost.tokens_out`, `cost.wall_s`,
+  `cost.cpu_s` (CPU seconds of the diagnosis's processes, benchmark/cputime.py), mean over samples.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class CaseScore:
     wall_s: float
     errors: int  # samples whose report carries "error"
     track: str = DEFAULT_TRACK  # the case's track (easy, hard, at-base, real): its own row in the summary
+    cpu_s: float = 0.0  # CPU seconds, mean over samples (0 when the reports carry none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +79,7 @@ class Aggregate:
     wall_s: float
     errors: int
     runs_pass_at: dict[int, float]
+    cpu_s: float = 0.0  # mean per case; times `cases` is the CPU the group took
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,6 +173,12 @@ def report_cost(report: Report) -> tuple[float, float, float]:
     return num("engine_runs"), num("tokens_in") + num("tokens_out"), num("wall_s")
 
 
+def report_cpu_s(report: Report) -> float:
+    """report -> CPU seconds of its diagnosis (`cost.cpu_s`); 0 when missing."""
+    value = (report.get("cost") or {}).get("cpu_s", 0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def score_case(
     case: str,
     category: str,
@@ -210,6 +218,7 @@ def score_case(
         wall_s=_mean([c[2] for c in costs]),
         errors=sum(bool(r.get("error")) for r in reports),
         track=track,
+        cpu_s=_mean([report_cpu_s(r) for r in reports]),
     )
 
 
@@ -229,6 +238,7 @@ def aggregate(scores: Sequence[CaseScore]) -> Aggregate:
         wall_s=_mean([s.wall_s for s in scores]),
         errors=sum(s.errors for s in scores),
         runs_pass_at={k: _mean(v) for k, v in runs_k.items() if v and len(v) == len(scores)},
+        cpu_s=_mean([s.cpu_s for s in scores]),
     )
 
 

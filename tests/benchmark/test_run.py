@@ -137,7 +137,10 @@ def test_runner_end_to_end_with_two_workers(three_cases, tmp_path):
     assert (out / "bug-newest" / "report.md").is_file()
     report = json.loads((out / "bug-newest" / "report.json").read_text())
     assert report["issue"] == "502" and report["cost"]["wall_s"] > 0
+    assert report["cost"]["cpu_s"] > 0, "the diagnosis's CPU: at least its git calls"
+    assert results["cpu"]["total_s"] == pytest.approx(sum(c["cpu_s"] for c in results["cases"]), abs=0.2)
     table = (out / "results.md").read_text()
+    assert "CPU s total / per case: " in table and "| wall s | CPU s |" in table
     assert "| **overall** | 3 | 0.33 | 0.33 | 0.67 | 0.67 | 0.50 |" in table and "| kv-cache | 2 |" in table
     assert "| track | cases |" in table and "| easy | 3 | 0.33 | 0.33 | 0.67 |" in table
     assert (out / "results_by_category.png").read_bytes()[:4] == b"\x89PNG"

@@ -217,6 +217,19 @@ def tree_server(env: dict, engine: str | None, timeout: float) -> ForkServer | N
     return server
 
 
+def stop_tree_zygotes(under: str | Path) -> int:
+    """Stop this process's tree zygotes whose tree lies under `under` (a diagnosis's temp folder that is
+    about to go: they could never serve again, and each holds its tree's package in memory) -> how many."""
+    root = Path(under).resolve()
+    stopped = 0
+    for key, (server, *_) in list(_TREE_SERVERS.items()):
+        if server.owner == os.getpid() and server.tree and Path(server.tree).resolve().is_relative_to(root):
+            _TREE_SERVERS.pop(key, None)
+            server.stop()
+            stopped += 1
+    return stopped
+
+
 def site_hooks(pythonpath: str) -> list[str]:
     """The sitecustomize/usercustomize modules that folders on `pythonpath` hold. Pure but for looking."""
     entries = [p for p in pythonpath.split(os.pathsep) if p]

@@ -5,7 +5,9 @@ hangs in its import gets none, and its runs behave as before (a crash is a crash
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +66,20 @@ def test_runs_of_a_tree_fork_from_its_zygote_and_record_its_import(tmp_path, fak
     ((server, *_),) = runner._TREE_SERVERS.values()
     assert imports(tmp_path) == [server.proc.pid]  # imported once, by the zygote
     assert run_folders(tmp_path) == []
+
+
+def test_a_finished_diagnosis_stops_the_zygotes_of_its_trees_only(tmp_path, fake_tree):
+    other = tmp_path / "case" / "tree"
+    shutil.copytree(fake_tree, other)
+    runner.prestart([fake_tree, other])
+    servers = {
+        Path(entry[0].tree).name + Path(entry[0].tree).parent.name: entry[0] for entry in runner._TREE_SERVERS.values()
+    }
+    assert len(servers) == 2
+    mine, kept = servers["treecase"], servers[f"tree{tmp_path.name}"]
+    assert runner.stop_tree_zygotes(tmp_path / "case") == 1
+    assert mine.proc is None and kept.proc is not None and kept.proc.poll() is None
+    assert [entry[0] for entry in runner._TREE_SERVERS.values()] == [kept]
 
 
 def test_a_tree_changed_after_its_zygote_started_is_imported_by_the_run(tmp_path, fake_tree):

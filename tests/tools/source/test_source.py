@@ -447,3 +447,29 @@ def test_indexing_speed_on_a_generated_10k_line_tree(tmp_path):
 def test_parse_file_handles_syntax_errors():
     symbols, _ = parse_file("broken.py", b"def ok():\n    return 1\n\ndef broken(:\n", "python")
     assert "ok" in [s.qualname for s in symbols]
+
+
+def test_find_by_tables_answers_as_a_scan_of_every_symbol():
+    """find() looks names up in tables (a release diff asks once per changed function); on a real tree,
+    Python and C++, it returns what a scan of every symbol returns, in the same order."""
+    root = Path(__file__).resolve().parents[3]
+    index = TreeSitterIndex(
+        root,
+        (
+            (str(p.relative_to(root)), p.read_bytes())
+            for top in ("tools/source", "tools/hypotheses", "benchmark/subjects/tinyserve/tinyserve")
+            for p in sorted((root / top).rglob("*"))
+            if p.suffix in (".py", ".cpp", ".cu", ".h", ".c")
+        ),
+    )
+
+    def scan(name: str) -> list:
+        name = name.replace("::", ".").strip(".")
+        exact = [s for s in index.symbols if s.qualname == name]
+        return exact or [s for s in index.symbols if s.name == name or s.qualname.endswith("." + name)]
+
+    names = {n for s in index.symbols for n in (s.name, s.qualname, s.qualname.split(".", 1)[-1], s.qualname + "::")}
+    names |= {"no_such_symbol", "", ".", "forward", "Config.__init__", "__init__"}
+    assert len(index.symbols) > 500
+    for name in sorted(names):
+        assert index.find(name) == scan(name), name
