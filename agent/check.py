@@ -53,9 +53,15 @@ def declared_axes(spec: EngineSpec, source: Path | None):
     caps = engine_capabilities(spec.engine, source)
     features = {axis.name: Feature(dict(axis.options), axis.alone) for axis in caps.trigger_axes}
     variants = {
-        axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options)) for axis in caps.config_axes
+        axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options), *_crossed(axis))
+        for axis in caps.config_axes
     }
     return features, variants, caps.canonical_options, caps.sampling_keys
+
+
+def _crossed(axis) -> tuple:
+    """A config axis's `crossed` axes as ConfigVariant takes them (none: its default)."""
+    return (tuple(axis.crossed),) if axis.crossed else ()
 
 
 def ordered_cells(args, matrix, declared, variants, canonical) -> list[Cell]:

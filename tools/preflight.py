@@ -150,7 +150,7 @@ PATH_KEYS = ("path", "arch")  # beside an existing checkpoint: where it is, and 
 def check_path_keys(model: dict) -> None:
     """An existing checkpoint is run as its files say: any other [model] key would be silently ignored.
 
-    Factory keys (seed, perturb_init, omit_keys, config_json) only shape a seeded checkpoint; HF config
+    Factory keys (seed, perturb_init, mlp_input_outliers, omit_keys, config_json) only shape a seeded checkpoint; HF config
     keys (rope_parameters, sliding_window, num_hidden_layers, torch_dtype, ...) would reach neither engine,
     which both read the folder's config.json."""
     from tools.probe.checkpoints import FILE_KEYS, WEIGHT_KEYS

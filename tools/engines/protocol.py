@@ -25,6 +25,9 @@ class TriggerAxis:
     # engine options (tools.probe.checkpoints: HF config fields, omit_keys, config_json)
     model: dict = field(default_factory=dict)
     archs: tuple[str, ...] = ()  # the archs whose checkpoints ship it (empty: every arch)
+    # a config axis whose bugs need a precision and a code path rather than a prompt shape: the two sweep
+    # axes whose every pair of values it meets (empty: the sweep's default, dtype x workload)
+    crossed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,14 @@ class Capabilities:
 
         def axes(key: str) -> tuple[TriggerAxis, ...]:
             return tuple(
-                TriggerAxis(**{**a, "words": tuple(a.get("words", ())), "archs": tuple(a.get("archs", ()))})
+                TriggerAxis(
+                    **{
+                        **a,
+                        "words": tuple(a.get("words", ())),
+                        "archs": tuple(a.get("archs", ())),
+                        "crossed": tuple(a.get("crossed", ())),
+                    }
+                )
                 for a in d.get(key, ())
             )
 

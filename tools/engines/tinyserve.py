@@ -296,6 +296,32 @@ CONFIG_AXES = (
         ("precision", "longer prompts", "position", "activation"),
         model={"initializer_range": 0.2},
     ),
+    # Exports of models trained with biases: on q/k/v and o_proj (attention_bias), on llama also on the MLP's
+    # projections (mlp_bias). The row-parallel ones (o_proj, down_proj) follow a partial sum, so under tensor
+    # parallelism one rank adds them; the presets have none (qwen2's bias is on q/k/v only), so a sharding
+    # or fusing rule for them never runs
+    TriggerAxis(
+        "biases",
+        {},
+        "attention biases on q/k/v and o_proj (attention_bias); on llama MLP biases too (mlp_bias)",
+        "attention and MLP biases",
+        ("bias", "attention_bias", "mlp_bias"),
+        model={"attention_bias": True, "by_arch": {"llama": {"mlp_bias": True}}},
+        archs=("llama", "gemma2"),
+    ),
+    # Trained LLMs carry a few hidden channels tens to hundreds of times the rest into their MLPs (the
+    # outlier features LLM.int8 handles apart); the tiny models' inputs are all of one scale. Here one
+    # channel in 16 of every MLP input is 200 times the rest, attention inputs unchanged: integer and
+    # half-precision sums in the MLP come near their range, where a bug-free float16 path still holds
+    TriggerAxis(
+        "activation_outliers",
+        {},
+        "outlier features: one hidden channel in 16 of every MLP input 200 times the rest, attention as is",
+        "activation outliers",
+        ("outlier", "overflow", "large activations"),
+        model={"mlp_input_outliers": 200.0},
+        crossed=("dtype", "features"),  # a sum's range: a precision and a code path (a quantized matmul, ...)
+    ),
     # Qwen2 exports slide only with use_sliding_window, and then only the layers from max_window_layers up
     # (transformers' reading, which the export's layer_types records): here the top one of two
     TriggerAxis(

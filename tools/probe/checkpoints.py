@@ -16,7 +16,9 @@ One `[model]` key changes the weights after the factory (WEIGHT_KEYS): `perturb_
 parameter that transformers initialises to a constant (biases 0, norm weights 1, or 0 for gemma's
 `1 + w` norms) seeded noise. Under constant init an engine that drops a bias, skips a norm's weight or
 reads `w` for `1 + w` computes the same numbers as a correct one; a sweep that should see such bugs
-asks for perturbed weights. Without the key the factory is exactly the contract above.
+asks for perturbed weights. `mlp_input_outliers = G` scales one hidden channel in 16 of every MLP-input
+norm's weight by G: outlier features in the MLP inputs (integer or half-precision sums near their range),
+attention inputs unchanged. Without these keys the factory is exactly the contract above.
 """
 
 from __future__ import annotations
@@ -52,7 +54,11 @@ TINY_PRESETS: dict[str, dict] = {
     ),
 }
 FILE_KEYS = ("omit_keys", "config_json")  # edit config.json after save_pretrained, never AutoConfig's input
-WEIGHT_KEYS = ("perturb_init",)  # edit the weights after the factory, never AutoConfig's input
+WEIGHT_KEYS = ("perturb_init", "mlp_input_outliers")  # edit the weights after the factory, never AutoConfig's input
+# The norm whose output is each layer's MLP input (gemma2 normalises before and after its MLP)
+MLP_INPUT_NORM = {"gemma2": "pre_feedforward_layernorm"}
+ONE_PLUS_W_NORMS = ("gemma2",)  # archs whose norms scale by 1 + w
+OUTLIER_EVERY = 16  # one hidden channel in 16 carries the outliers (4 of the tiny models' 64)
 PERTURB_STD = 0.1  # noise on constant-initialised tensors: well above bf16 rounding, small beside a norm's 1
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 = pad, bos, eos
 
@@ -186,6 +192,8 @@ def write_checkpoint(model: dict, out: Path) -> None:
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if model.get("perturb_init"):
         perturb_constant_params(net, int(model.get("seed", 0)))
+    if model.get("mlp_input_outliers"):
+        outlier_mlp_inputs(net, model["arch"], float(model["mlp_input_outliers"]))
     net.save_pretrained(out, safe_serialization=True)
     build_tokenizer(config.vocab_size).save_pretrained(out)
     if any(k in model for k in FILE_KEYS):
@@ -207,6 +215,26 @@ def perturb_constant_params(net, seed: int) -> list[str]:
                 p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * PERTURB_STD)
                 perturbed.append(name)
     return perturbed
+
+
+def outlier_mlp_inputs(net, arch: str, gain: float) -> list[str]:
+    """Scale one hidden channel in OUTLIER_EVERY of every MLP-input norm's weight by `gain`: the MLP inputs
+    then carry a few channels far above the rest (the outlier features of trained LLMs, LLM.int8), while
+    attention inputs stay as they were. Returns the names edited."""
+    import torch
+
+    suffix = f"{MLP_INPUT_NORM.get(arch, 'post_attention_layernorm')}.weight"
+    edited = []
+    with torch.no_grad():
+        for name, p in sorted(net.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith(suffix):
+                channels = p[::OUTLIER_EVERY]
+                if arch in ONE_PLUS_W_NORMS:  # (1 + w) -> gain * (1 + w)
+                    channels.copy_(gain * (1 + channels) - 1)
+                else:
+                    channels.mul_(gain)
+                edited.append(name)
+    return edited
 
 
 def edited_config(written: dict, model: dict) -> dict:

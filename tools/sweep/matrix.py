@@ -57,6 +57,11 @@ BASE_MODEL = {"seed": 0, "perturb_init": True}
 SAMPLED = {"temperature": 0.8, "top_k": 4, "top_p": 0.9, "min_p": 0.02, "repetition_penalty": 1.2, "seed": 7}
 SAMPLED_OTHER = {"temperature": 1.3, "top_k": 0, "min_p": 0.2, "presence_penalty": 0.4, "frequency_penalty": 0.6}
 GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_penalty": 0.2, "repetition_penalty": 1.1}
+# Each cut alone as well, at a temperature other than 1: a tight nucleus (top_p 0.3: most of the mass is cut,
+# so the cumulative sum is compared far from 1, where a sum kept in half precision has stopped growing) with
+# top-k switched off as OpenAI / vLLM clients write it (-1, not 0); and a top-k alone.
+TOP_P_ALONE = {"temperature": 0.7, "top_p": 0.3, "top_k": -1, "seed": 13}
+TOP_K_ALONE = {"temperature": 0.6, "top_k": 12, "seed": 5}
 # Text in several scripts: multi-byte UTF-8 pieces (2-, 3- and 4-byte characters) in the prompt, so
 # incremental detokenization meets characters split across tokens.
 MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
@@ -113,9 +118,10 @@ def _long(window: int | None) -> list[dict]:
 
 
 def _sampled(window: int | None) -> list[dict]:
-    """Four requests with different sampling in one batch: plain greedy (no penalty: the penalised
+    """Six requests with different sampling in one batch: plain greedy (no penalty: the penalised
     rows are a subset of the batch, not its first rows); top-k/top-p/min-p with a repetition
-    penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties."""
+    penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties;
+    a tight nucleus alone (top-k off as -1); a top-k alone."""
     return [
         {"prompt_ids": list(range(150, 166)), "max_tokens": 8, "sampling": {"temperature": 0.0}},
         {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
@@ -126,6 +132,8 @@ def _sampled(window: int | None) -> list[dict]:
             "sampling": dict(SAMPLED_OTHER, seed=11),
         },
         {"prompt_ids": list(range(100, 111)), "max_tokens": 8, "arrival_step": 1, "sampling": dict(GREEDY_PENALISED)},
+        {"prompt_ids": list(range(230, 243)), "max_tokens": 8, "sampling": dict(TOP_P_ALONE)},
+        {"prompt_ids": list(range(260, 270)), "max_tokens": 8, "arrival_step": 2, "sampling": dict(TOP_K_ALONE)},
     ]
 
 
@@ -168,6 +176,7 @@ class ConfigVariant:
     model: dict
     archs: tuple[str, ...] = ()
     options: dict = field(default_factory=dict)
+    crossed: tuple[str, ...] = CONFIG_TRIPLE  # the two axes whose value pairs it meets together
 
     def fits(self, arch: str) -> bool:
         return not self.archs or arch in self.archs
@@ -202,7 +211,8 @@ class Matrix:
         base = [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
         if self.strength >= len(AXES):
             return [replace(c, config=k) for c in base for k in self.config if fits(k, c.arch)]
-        return with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits)
+        crossed = {k: v.crossed for k, v in variants.items()}
+        return with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits, crossed)
 
 
 def feature_sets(declared: dict[str, Feature]) -> tuple[str, ...]:
@@ -310,34 +320,41 @@ def scenario_of(
     return from_dict(data)
 
 
-def with_configs(cells: list[Cell], configs: tuple[str, ...], fits) -> list[Cell]:
+def with_configs(cells: list[Cell], configs: tuple[str, ...], fits, crossed: dict | None = None) -> list[Cell]:
     """Cells (config unset) -> the same cells each with the fitting config that adds the most
     (config, other axis value) pairs not yet met, then copies of cells for the pairs still unmet:
-    every config variant meets every value of every other axis that some fitting cell holds."""
+    every config variant meets every value of every other axis that some fitting cell holds, and
+    every pair of values of its `crossed` axes (default CONFIG_TRIPLE's)."""
     others = [a for a in AXES if a not in PAIRED_AXES]
+    crossed = crossed or {}
+
+    def pairs(cell: Cell) -> set:
+        return _config_pairs(cell, others, crossed.get(cell.config, CONFIG_TRIPLE))
+
     met: set = set()
     out: list[Cell] = []
     for cell in cells:
         fitting = [k for k in configs if fits(k, cell.arch)]
-        gain = [(len(_config_pairs(replace(cell, config=k), others) - met), -i) for i, k in enumerate(fitting)]
+        gain = [(len(pairs(replace(cell, config=k)) - met), -i) for i, k in enumerate(fitting)]
         best = replace(cell, config=fitting[-max(gain)[1]])
-        met |= _config_pairs(best, others)
+        met |= pairs(best)
         out.append(best)
     for config in configs:
         for cell in cells:
-            if fits(config, cell.arch) and _config_pairs(replace(cell, config=config), others) - met:
+            if fits(config, cell.arch) and pairs(replace(cell, config=config)) - met:
                 extra = replace(cell, config=config)
-                met |= _config_pairs(extra, others)
+                met |= pairs(extra)
                 out.append(extra)
     return out
 
 
-def _config_pairs(cell: Cell, others: list[str]) -> set:
-    """What a cell's config variant meets: each value of each other axis, and the dtype and the
-    workload together (a variant's bug may need a precision and a prompt shape: rope frequencies
-    rounded to bfloat16 show only at a long prompt's positions)."""
-    together = tuple(cell.axis(a) for a in CONFIG_TRIPLE)
-    return {(cell.config, a, cell.axis(a)) for a in others} | {(cell.config, CONFIG_TRIPLE, together)}
+def _config_pairs(cell: Cell, others: list[str], crossed: tuple[str, ...] = CONFIG_TRIPLE) -> set:
+    """What a cell's config variant meets: each value of each other axis, and the values of its
+    `crossed` axes together (by default the dtype and the workload: a variant's bug may need a
+    precision and a prompt shape, as rope frequencies rounded to bfloat16 show only at a long prompt's
+    positions; outlier activations need a precision and a code path instead)."""
+    together = tuple(cell.axis(a) for a in crossed)
+    return {(cell.config, a, cell.axis(a)) for a in others} | {(cell.config, crossed, together)}
 
 
 def covering_order(cells: list[Cell], seed: int = 0) -> list[Cell]:

@@ -227,3 +227,18 @@ def test_rows_from_rejected_drafts_are_dropped():
     kept = latest_rows([rec(0, [0, 1, 2, 3, 4]), rec(1, [5, 6, 7]), rec(2, [6])], [7])
     assert [(r.step, r.positions) for r in kept] == [(0, [0, 1, 2, 3, 4]), (1, [5]), (2, [6])]
     assert kept[1].tensor.tolist() == [[1.0, 1.0]]
+
+
+def test_top_k_minus_one_is_off_as_zero_is():
+    """-1 is how OpenAI / vLLM clients switch top-k off (the sweep's sampled workload writes it); generate()
+    refuses a negative top_k, so the adapter passes 0, its own off."""
+    from transformers import AutoModelForCausalLM
+
+    from tools.engines.hf_generate import generate_kwargs
+    from tools.scenario import Request
+
+    model = AutoModelForCausalLM.from_pretrained(ensure_checkpoint({"arch": "llama", "seed": 0}))
+    off = Request(prompt_ids=(5, 6), max_tokens=2, sampling={"temperature": 0.7, "top_p": 0.3, "top_k": -1})
+    kept = Request(prompt_ids=(5, 6), max_tokens=2, sampling={"temperature": 0.7, "top_k": 12})
+    assert generate_kwargs(off, {}, model)["generation_config"].top_k == 0
+    assert generate_kwargs(kept, {}, model)["generation_config"].top_k == 12

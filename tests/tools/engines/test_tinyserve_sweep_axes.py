@@ -5,10 +5,12 @@ the bug-free engine agrees."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
+from tests.faults import buggy_tinyserve
 from tools.engines import engine_capabilities
 from tools.engines.tinyserve import CONFIG_AXES, SUBJECT_ROOT, TinyServeEngine
 from tools.probe.checkpoints import ensure_checkpoint
@@ -54,7 +56,28 @@ def test_the_text_request_splits_characters_across_tokens_and_its_text_agrees():
 def test_per_request_sampling_in_one_batch_agrees():
     _, result = probe(Cell("llama", "float32", "none", "sampled"), {})
     assert not result.diverged, result.summary
-    assert len(result.target.outputs) == 4 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+    assert len(result.target.outputs) == 6 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+
+
+# A nucleus whose cumulative sum runs in bfloat16 (it stops growing near 0.5) and a top-k that takes only
+# 0 for off (-1 then keeps one token): both keep a subset of the reference's kept set, so every drawn token
+# is one the reference could draw; the `sampler.probs` judging sees the tokens dropped against it.
+HALF_NUCLEUS = (
+    "cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)",
+    "cum = sorted_logits.to(torch.bfloat16).softmax(dim=-1).cumsum(dim=-1).float()",
+)
+TOP_K_ZERO_ONLY = ("p.top_k if p.top_k > 0 else vocab_size", "p.top_k if p.top_k != 0 else vocab_size")
+
+
+@pytest.mark.parametrize("fault,dtype", [(HALF_NUCLEUS, "bfloat16"), (TOP_K_ZERO_ONLY, "float32")])
+def test_the_sampled_workload_sees_a_cut_that_keeps_too_few_tokens(fault, dtype, tmp_path):
+    tree = buggy_tinyserve(tmp_path / "tree", *fault)
+    prober = Prober()
+    sc = scenario_of(Cell("llama", dtype, "none", "sampled"), TARGET, {})
+    clean = prober.probe(sc)
+    assert not clean.diverged, clean.summary  # the tight nucleus's undecided tokens raise no alarm
+    buggy = prober.probe(sc, tree)
+    assert buggy.diverged and buggy.first.tap == "sampler.probs", buggy.summary
 
 
 @pytest.mark.parametrize("feature", ["prefix_caching", "all"])
@@ -72,6 +95,48 @@ def test_int4_off_its_default_group_size_agrees():
     _, result = probe(Cell("llama", "float32", "int4", "long"), features)
     assert not result.diverged, result.summary
     assert result.target.meta["weights"]["group_size"] == features["int4"].options["quant_group_size"]
+
+
+# The row-parallel bias (o_proj, down_proj) handed whole to every rank: added once per rank after the
+# all-reduce. Only a checkpoint with such biases runs the rule (the presets have none).
+BIAS_EVERY_RANK = (
+    "return tensor if rank == 0 else torch.zeros_like(tensor)",
+    "return tensor",
+)
+
+
+@pytest.mark.slow
+def test_tensor_parallelism_over_a_checkpoint_with_biases_agrees_and_sees_a_bias_on_every_rank(tmp_path):
+    features = declared(TinyServeEngine().capabilities())
+    cell = Cell("llama", "float32", "tensor_parallel", "sampled", "biases")
+    sc = scenario_of(cell, TARGET, features, None, VARIANTS)
+    config = json.loads((ensure_checkpoint(sc.model) / "config.json").read_text())
+    assert config["attention_bias"] and config["mlp_bias"]
+    prober = Prober()
+    clean = prober.probe(sc)
+    assert not clean.diverged, clean.summary
+    tree = buggy_tinyserve(tmp_path / "tree", *BIAS_EVERY_RANK, file=Path("tinyserve/distributed/loader.py"))
+    buggy = prober.probe(sc, tree)
+    assert buggy.diverged and buggy.first.tap.startswith("layers.0."), buggy.summary
+
+
+# Integer sums of a weight-only int8 matmul taken in the activation dtype, the scale applied after: past
+# float16's range once the MLP inputs carry outlier channels (at the tiny models' scale they never are)
+INT_SUMS_IN_ACTIVATION_DTYPE = ("xa = x.to(_acc(x.dtype))", "xa = x")
+
+
+@pytest.mark.slow
+def test_outlier_activations_agree_in_float16_and_show_int8_sums_that_overflow(tmp_path):
+    features = declared(TinyServeEngine().capabilities())
+    prober = Prober()
+    tree = buggy_tinyserve(tmp_path / "tree", *INT_SUMS_IN_ACTIVATION_DTYPE, file=Path("tinyserve/ops/quant_matmul.py"))
+    plain = scenario_of(Cell("llama", "float16", "int8", "long"), TARGET, features, None, VARIANTS)
+    assert not prober.probe(plain, tree).diverged  # the preset's inputs: the sums stay in range
+    sc = scenario_of(Cell("llama", "float16", "int8", "long", "activation_outliers"), TARGET, features, None, VARIANTS)
+    clean = prober.probe(sc)
+    assert not clean.diverged, clean.summary
+    buggy = prober.probe(sc, tree)
+    assert buggy.diverged and ".mlp." in buggy.first.tap, buggy.summary
 
 
 @pytest.mark.slow

@@ -83,3 +83,18 @@ def test_no_false_alarms_on_perturbed_weights(arch, dtype):
     sc["model"]["perturb_init"] = True
     result = Prober().probe(from_dict(sc))
     assert result.divergent_taps == [] and not result.diverged, f"{arch} {dtype}: {result.summary}"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_mlp_input_outliers_scale_one_channel_in_sixteen_of_the_mlp_input_norm_only(arch):
+    plain = {"arch": arch, "seed": 5, "num_hidden_layers": 1, "perturb_init": True}
+    a, b = weights(plain), weights({**plain, "mlp_input_outliers": 200.0})
+    norm = "model.layers.0." + ("pre_feedforward_layernorm" if arch == "gemma2" else "post_attention_layernorm")
+    changed = {k for k in a if not torch.equal(a[k], b[k])}
+    assert changed == {f"{norm}.weight"}  # attention's inputs and every other tensor as they were
+    scale = (lambda w: 1 + w) if arch == "gemma2" else (lambda w: w)  # gemma's norms scale by 1 + w
+    ratio = scale(b[f"{norm}.weight"]) / scale(a[f"{norm}.weight"])
+    outliers = torch.zeros_like(ratio, dtype=torch.bool)
+    outliers[::16] = True
+    assert torch.allclose(ratio[outliers], torch.full_like(ratio[outliers], 200.0), rtol=1e-4)
+    assert torch.equal(ratio[~outliers], torch.ones_like(ratio[~outliers]))
