@@ -23,6 +23,7 @@ from tools.history.gitrepo import (
     tree_files,
 )
 from tools.hypotheses.arguments import Dropped, keywords_passing, restored_argument_versions
+from tools.hypotheses.completion import completed_versions
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
@@ -62,7 +63,8 @@ def verify(
         if outcome is True:
             how = f"reverting {h.function}'s change in {commit} removes the divergence"
             mark_verified(h, "restore", how, function_diff(h.file, before, after))
-            prefer_callee(repo, h, before, after, ordered, repro, prober, touched_only=True)
+            if completed_elsewhere(repo, h, ordered, repro, prober) is None:
+                prefer_callee(repo, h, before, after, ordered, repro, prober, touched_only=True)
             return rank(ordered)
         if outcome is not True and restore_dropped_argument(repo, h, repro, prober):
             return rank(ordered)  # the call site changed the behaviour: no callee is more to blame
@@ -143,6 +145,54 @@ def argument_keywords(repo: Path, h: Hypothesis, d: Dropped) -> list[str]:
 def _init_of(index, cls) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     init = next((s for s in index.find(f"{cls.qualname}.__init__") if s.file == cls.file), None)
     return function_node(index.read(init)) if init is not None else None
+
+
+COMPLETED_FUNCTIONS_TRIED = 3  # other functions of a verified restore's commit given the commit's swap
+COMPLETIONS_PER_FUNCTION = 2
+
+
+def completed_elsewhere(
+    repo: Path, h: Hypothesis, suspects: list[Hypothesis], repro: Reproduction, prober: Prober
+) -> Hypothesis | None:
+    """h's restore removes the divergence, but that may only undo the half of a change of meaning its
+    commit did do (h consumes a value in its new meaning) where another function of the commit missed
+    a use: that function swapped a name for another on some lines (`window` -> `left`) and still reads
+    the old one on a line the commit left alone (tools.hypotheses.completion). With h as it is now and
+    the swap made on that line too, does the divergence vanish? Then the commit, completed, agrees: h's
+    change is right and the function that missed the use takes the credit. Returns it, or None."""
+    tried = 0
+    for g in suspects:
+        if tried >= COMPLETED_FUNCTIONS_TRIED:
+            break
+        if g is h or g.verified or g.commit != h.commit or g.score < 0 or not g.file.endswith(".py"):
+            continue
+        old_text, now = old_source(repo, g), function_source(repo, g)
+        versions = completed_versions(now, old_text) if old_text and now else []
+        if not versions:
+            continue
+        tried += 1
+        outcome = try_edits(repo, g, repro, prober, lambda _text, v=versions: v, COMPLETIONS_PER_FUNCTION)
+        commit = (g.commit or "")[:10]
+        if not outcome.verified:
+            g.evidence.append(f"{commit}'s own swap made on its remaining use(s) leaves the divergence")
+            continue
+        how = (
+            f"{commit} swapped a name for another on some of its lines but not on one it left alone; "
+            f"made there too ({outcome.description}), with {h.function} kept as it is now, the divergence "
+            "vanishes: the commit, completed, agrees"
+        )
+        mark_verified(g, "restore", how, outcome.diff)
+        h.verified, h.verified_by, h.verifying_diff = False, None, ""
+        h.score -= WEIGHTS["verified"]
+        h.evidence = [e for e in h.evidence if not e.startswith("verified: ")]
+        h.evidence.insert(
+            0,
+            f"its restore removes the divergence, but {g.function}, changed by the same commit, missed one use "
+            "of the commit's own swap and completing it removes the divergence too, this function kept as it "
+            f"is now: its restore only undoes the half of the change that was done (credited to {g.function})",
+        )
+        return g
+    return None
 
 
 def mark_verified(h: Hypothesis, by: str, how: str, diff: str = "") -> None:
