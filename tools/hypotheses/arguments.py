@@ -58,13 +58,15 @@ def with_keyword(source: str, call: ast.Call, keyword: str, value: str) -> str |
     call's last argument; None where the call already names that keyword or takes `**kwargs`."""
     if any(k.arg == keyword or k.arg is None for k in call.keywords):
         return None
-    last = max([*call.args, *call.keywords], key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0), default=None)
-    if last is None or last.end_lineno is None or last.end_col_offset is None:
+    nodes: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+    ends = [(getattr(n, "end_lineno", None), getattr(n, "end_col_offset", None)) for n in nodes]
+    end = max(((a, b) for a, b in ends if isinstance(a, int) and isinstance(b, int)), default=None)
+    if end is None:
         return None  # no argument left to follow: the call is rare enough to leave
+    line_no, at = end  # the column counts bytes, as ast does
     lines = textwrap.dedent(source).splitlines(keepends=True)
-    raw = lines[last.end_lineno - 1].encode("utf-8")
-    at = last.end_col_offset  # bytes, as ast counts them
-    lines[last.end_lineno - 1] = (raw[:at] + f", {keyword}={value}".encode() + raw[at:]).decode("utf-8")
+    raw = lines[line_no - 1].encode("utf-8")
+    lines[line_no - 1] = (raw[:at] + f", {keyword}={value}".encode() + raw[at:]).decode("utf-8")
     version = textwrap.indent("".join(lines), _indent(source))
     return version if function_node(version) is not None else None
 
