@@ -4,7 +4,8 @@ in the worker while the engine runs (issue 13 item 2), so each can be judged on 
 A `sys.setprofile` hook sees every Python call and return; functions under `root` that `wanted`
 accepts (by qualname and parameter names) have their arguments copied at the call (a fused kernel
 may overwrite them in place) and their return value copied at the return. Tensors are cloned,
-plain data kept, a `config` kept as its dict, other objects (modules, engine state) dropped. A tensor
+plain data kept, a `config` kept as its dict, a module as the names of its submodules with a float
+weight matrix (at the call and again at the return), other objects (engine state) dropped. A tensor
 argument the function writes in place (a cache it scatters into) is copied again at the return, so a
 contract can see what it wrote: its version counter tells whether it was written, and only then is it
 copied (an inference-mode tensor has no counter: it is compared with its copy from the call instead).
@@ -56,6 +57,27 @@ def snapshot(value: object, depth: int = 0) -> object:
     return DROPPED
 
 
+@dataclass(frozen=True)
+class ModuleWeights:
+    """A module argument, kept as the names of its submodules (dotted, from it) that hold a
+    floating-point matrix `weight`: what a function that converts a model's layers changed."""
+
+    float_matrices: frozenset[str]
+
+
+def module_weights(value: object) -> ModuleWeights | None:
+    import torch
+
+    if not isinstance(value, torch.nn.Module):
+        return None
+    names = set()
+    for name, module in value.named_modules():
+        w = module.__dict__.get("_parameters", {}).get("weight")
+        if isinstance(w, torch.Tensor) and w.dim() == 2 and w.is_floating_point():
+            names.add(name)
+    return ModuleWeights(frozenset(names))
+
+
 def snapshot_param(name: str, value: object) -> object:
     """A parameter's copy; a `config` object that can write itself out as a dict (an HF-format
     config, DESIGN §1) is kept as that dict, so a contract can read the settings it was given; a
@@ -69,7 +91,8 @@ def snapshot_param(name: str, value: object) -> object:
             return DROPPED
     if small_dataclass(value):
         return attributes(value)
-    return snapshot(value)
+    weights = module_weights(value)
+    return weights if weights is not None else snapshot(value)
 
 
 MAX_STATE_ELEMENTS = 1 << 22  # a dataclass argument holding more tensor data (a cache) is not copied
@@ -179,6 +202,9 @@ def function_taps(
             call.output = snapshot(arg)
             call.attributes = attributes(arg) if call.output is DROPPED else {}
             call.writes = written(call, watch)
+            for p, v in call.inputs.items():  # a module argument: its weights again, as the call left them
+                if isinstance(v, ModuleWeights) and (now := module_weights(frame.f_locals.get(p))) is not None:
+                    call.writes[p] = now
             stack.remove(call)
 
     sys.setprofile(profile)

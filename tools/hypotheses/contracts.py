@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tools.engines.functaps import ModuleWeights
 from tools.probe import sampling_ref
 from tools.probe.compare import NOISE_FLOOR, THRESHOLD, robust_ratio
 from tools.refmodels import rope as rope_ref
@@ -965,6 +966,32 @@ def is_quantizer(name: str, params: tuple[str, ...]) -> bool:
     return "quant" in n and "dequant" not in n and 1 <= len(params) <= 3
 
 
+def check_model_quantizer(inputs: dict, writes, _ctx: dict) -> float | None:
+    """A function that converts a model's layers (its module argument as ModuleWeights at the call,
+    and in `writes` as the call left it) converts alike the siblings it chooses among: under one
+    parent module, where it converted (took the float weight matrix of) some children, every child
+    that held one must be converted too. The size is the largest share of such a parent's float
+    children it left as they were (0 where it converted all of them or none)."""
+    sizes = []
+    for name, before in inputs.items():
+        after = writes.get(name) if isinstance(writes, dict) else None
+        if not isinstance(before, ModuleWeights) or not isinstance(after, ModuleWeights):
+            continue
+        groups: dict[str, list[bool]] = {}
+        for child in before.float_matrices:
+            groups.setdefault(child.rpartition(".")[0], []).append(child not in after.float_matrices)
+        for converted in groups.values():
+            if any(converted):
+                sizes.append(converted.count(False) / len(converted))
+    return max(sizes) if sizes else None
+
+
+def is_model_quantizer(name: str, params: tuple[str, ...]) -> bool:
+    """Named for quantizing, handed a whole model or module (not one weight)."""
+    n = name.lower()
+    return "quant" in n and "dequant" not in n and any(p.lower() in ("model", "module", "net") for p in params)
+
+
 # ---------------------------------------------------------------- config readers
 
 # Checkpoint config keys whose meaning is unambiguous, each with the names a reader may keep it
@@ -1169,6 +1196,15 @@ CONTRACTS: list[Contract] = [
         is_int8_quantizer,
         check_int8_quantizer,
         fixed(0.5 + 1e-3),
+    ),
+    Contract(
+        "quantize-model",
+        "linear",
+        "the siblings it converts are all converted: no float weight matrix left beside a quantized one",
+        is_model_quantizer,
+        check_model_quantizer,
+        fixed(0.0),
+        judges_writes=True,
     ),
     Contract(
         "quant-roundtrip",

@@ -60,11 +60,16 @@ def same_def(a: str, b: str) -> bool:
 
 def same_def_renamed(a: str, b: str) -> bool:
     """same_def once a's parameters take b's names, position by position (`self` / `cls` aside): a
-    function moved unchanged whose parameters were renamed on the way."""
+    function moved unchanged whose parameters were renamed on the way. A module function moved into a
+    class as a method whose object is its first parameter (`def f(pool, n)` -> `def f(self, n)`, every
+    `pool.` read now `self.`) counts too: all parameters are then paired, `self` included."""
     fa, fb = function_node(a), function_node(b)
     if fa is None or fb is None:
         return False
     pa, pb = _positional(fa), _positional(fb)
+    whole_a, whole_b = _all_parameters(fa), _all_parameters(fb)
+    if len(pa) != len(pb) and len(whole_a) == len(whole_b):  # `self` on one side only: pair it too
+        pa, pb = whole_a, whole_b
     if len(pa) != len(pb):
         return False
     names: dict[str, ast.expr] = {x: ast.Name(y, ast.Load()) for x, y in zip(pa, pb) if x != y}
@@ -72,8 +77,12 @@ def same_def_renamed(a: str, b: str) -> bool:
 
 
 def _positional(fn: Function) -> list[str]:
-    params = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    params = _all_parameters(fn)
     return params[1:] if params[:1] in (["self"], ["cls"]) else params
+
+
+def _all_parameters(fn: Function) -> list[str]:
+    return [x.arg for x in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
 
 
 # ---- a caller's change read statement by statement -------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from tools.history.gitrepo import (
     scratch_worktree,
     tree_files,
 )
+from tools.hypotheses.arguments import Dropped, keywords_passing, restored_argument_versions
+from tools.hypotheses.completion import completed_versions
 from tools.hypotheses.evidence import Culprit, Hypothesis, Reproduction
 from tools.hypotheses.fixes import fixes, parse_function
 from tools.hypotheses.moved import (
@@ -60,8 +63,11 @@ def verify(
         if outcome is True:
             how = f"reverting {h.function}'s change in {commit} removes the divergence"
             mark_verified(h, "restore", how, function_diff(h.file, before, after))
-            prefer_callee(repo, h, before, after, ordered, repro, prober, touched_only=True)
+            if completed_elsewhere(repo, h, ordered, repro, prober) is None:
+                prefer_callee(repo, h, before, after, ordered, repro, prober, touched_only=True)
             return rank(ordered)
+        if outcome is not True and restore_dropped_argument(repo, h, repro, prober):
+            return rank(ordered)  # the call site changed the behaviour: no callee is more to blame
         if outcome is False:
             h.score += WEIGHTS["refuted"]
             h.evidence.append(f"reverting {h.function}'s change in {commit} leaves the divergence")
@@ -70,11 +76,123 @@ def verify(
         else:
             if before and same_code(h.file, before, after):
                 h.evidence.append(f"its change in {commit} is only comments or layout: reverting it tests nothing")
+            elif not before and (moved := moved_from(repo, h)):
+                h.evidence.append(f"its body is {moved}'s before {commit}, moved unchanged: it is not new code")
             untestable.append(h)
     # a function pushed below zero (it never ran in the failing scenario) cannot be fixed by an edit
     no_history = [h for h in ordered if (not h.commit or h in untestable) and h.score >= 0][:top]
     verify_by_fixes(repo, no_history, repro, prober, suspects=ordered)
     return rank(ordered)
+
+
+DROPPED_ARGUMENTS_TRIED = 2  # versions of one function with an argument its commit dropped passed again
+
+
+def restore_dropped_argument(repo: Path, h: Hypothesis, repro: Reproduction, prober: Prober) -> bool:
+    """h's commit stopped passing an argument at one of h's calls (tools.hypotheses.arguments), so the
+    callee's default applies there now: h as it is now, that one argument passed again by keyword (the
+    keyword the old call used, the one the tree passes that same value under elsewhere, or the name of
+    the callee's parameter at its old position), is re-probed. The divergence vanishing verifies h: the
+    call site is where the behaviour changed, whether the callee's default is old or new. This is
+    the restore of that call alone, a test where restoring all of h is none (the same commit changed
+    the callee's signature, so the old call no longer fits it)."""
+    old_text = old_source(repo, h) if h.commit and h.file.endswith(".py") else None
+    now = function_source(repo, h) if old_text else None
+    if not old_text or not now:
+        return False
+    versions = restored_argument_versions(now, old_text, lambda d: argument_keywords(repo, h, d))
+    if not versions:
+        return False
+    outcome = try_edits(repo, h, repro, prober, lambda _text: versions, DROPPED_ARGUMENTS_TRIED)
+    commit = (h.commit or "")[:10]
+    if outcome.verified:
+        how = (
+            f"passing {outcome.description} again, an argument {commit} stopped passing at that call (the "
+            "callee's default applied instead), removes the divergence"
+        )
+        mark_verified(h, "restore", how, outcome.diff)
+    elif outcome.probes:
+        h.evidence.append(f"the argument(s) {commit} stopped passing, passed again, leave the divergence")
+    return outcome.verified
+
+
+def argument_keywords(repo: Path, h: Hypothesis, d: Dropped) -> list[str]:
+    """Keywords to pass a dropped argument under: those under which h's file passes the same value
+    elsewhere, then the name of the parameter at its old position of a function (a class: its
+    `__init__`) of that name before h's commit, where the tree now has a parameter of that name."""
+    out: list[str] = []
+    text = function_text_at(repo, "HEAD", h.file, h.function)
+    blob = next((data for _, data in tree_files(repo, "HEAD", (), frozenset({h.file}))), None)
+    if blob is not None:
+        out += sorted(keywords_passing(blob.decode("utf-8", "replace"), d.value))
+    if d.position is None or text is None:
+        return out
+    try:
+        old = open_index(repo, commit=f"{h.commit}^", include_tests=False)
+    except GitError:
+        return out
+    for s in old.symbols:
+        if s.name != d.callee or s.language != "python":
+            continue
+        fn = function_node(old.read(s)) if s.kind != "class" else _init_of(old, s)
+        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)] if fn is not None else []
+        params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+        if d.position < len(params) and params[d.position] not in out:
+            out.append(params[d.position])
+    return out
+
+
+def _init_of(index, cls) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    init = next((s for s in index.find(f"{cls.qualname}.__init__") if s.file == cls.file), None)
+    return function_node(index.read(init)) if init is not None else None
+
+
+COMPLETED_FUNCTIONS_TRIED = 3  # other functions of a verified restore's commit given the commit's swap
+COMPLETIONS_PER_FUNCTION = 2
+
+
+def completed_elsewhere(
+    repo: Path, h: Hypothesis, suspects: list[Hypothesis], repro: Reproduction, prober: Prober
+) -> Hypothesis | None:
+    """h's restore removes the divergence, but that may only undo the half of a change of meaning its
+    commit did do (h consumes a value in its new meaning) where another function of the commit missed
+    a use: that function swapped a name for another on some lines (`window` -> `left`) and still reads
+    the old one on a line the commit left alone (tools.hypotheses.completion). With h as it is now and
+    the swap made on that line too, does the divergence vanish? Then the commit, completed, agrees: h's
+    change is right and the function that missed the use takes the credit. Returns it, or None."""
+    tried = 0
+    for g in suspects:
+        if tried >= COMPLETED_FUNCTIONS_TRIED:
+            break
+        if g is h or g.verified or g.commit != h.commit or g.score < 0 or not g.file.endswith(".py"):
+            continue
+        old_text, now = old_source(repo, g), function_source(repo, g)
+        versions = completed_versions(now, old_text) if old_text and now else []
+        if not versions:
+            continue
+        tried += 1
+        outcome = try_edits(repo, g, repro, prober, lambda _text, v=versions: v, COMPLETIONS_PER_FUNCTION)
+        commit = (g.commit or "")[:10]
+        if not outcome.verified:
+            g.evidence.append(f"{commit}'s own swap made on its remaining use(s) leaves the divergence")
+            continue
+        how = (
+            f"{commit} swapped a name for another on some of its lines but not on one it left alone; "
+            f"made there too ({outcome.description}), with {h.function} kept as it is now, the divergence "
+            "vanishes: the commit, completed, agrees"
+        )
+        mark_verified(g, "restore", how, outcome.diff)
+        h.verified, h.verified_by, h.verifying_diff = False, None, ""
+        h.score -= WEIGHTS["verified"]
+        h.evidence = [e for e in h.evidence if not e.startswith("verified: ")]
+        h.evidence.insert(
+            0,
+            f"its restore removes the divergence, but {g.function}, changed by the same commit, missed one use "
+            "of the commit's own swap and completing it removes the divergence too, this function kept as it "
+            f"is now: its restore only undoes the half of the change that was done (credited to {g.function})",
+        )
+        return g
+    return None
 
 
 def mark_verified(h: Hypothesis, by: str, how: str, diff: str = "") -> None:
@@ -124,11 +242,19 @@ def restore_version(tree: Path, file: str, qualname: str, old_text: str, old) ->
         if s.file == file
         and s.kind != "class"
         and s.name in called
-        and s.qualname.rpartition(".")[0] == parent
+        and (s.qualname.rpartition(".")[0] == parent or "." not in s.qualname)
         and s.qualname not in present
     ]
+    # a module-level function it called goes at the end of the file, out of any class
+    siblings = [s for s in missing if s.qualname.rpartition(".")[0] == parent]
+    module = [s for s in missing if parent and "." not in s.qualname]
     text = old_text if old_text.endswith("\n") else old_text + "\n"
-    return restore_function(tree, file, qualname, text + "".join("\n" + old.read(s) for s in missing))
+    if not restore_function(tree, file, qualname, text + "".join("\n" + old.read(s) for s in siblings)):
+        return False
+    if module:
+        with path.open("a") as f:
+            f.write("".join("\n\n" + old.read(s).rstrip("\n") + "\n" for s in module))
+    return True
 
 
 def restore_function(tree: Path, file: str, qualname: str, old_text: str) -> bool:
@@ -234,6 +360,8 @@ def prefer_callee(
         key=lambda c: (called_name(c, touched) is None, not breaks_contract(c)),
     )[:CALLEES_TRIED]
     dropped = handed_on_less(repo, before, after, callees, reach)
+    for c in callees:
+        note_moved(repo, h, c, after)
     verified = first_callee_verified(repo, h, callees, before, after, repro, prober, touched_only, reach, dropped)
     if verified is not None:
         withdraw(h, verified, "drops or changes its call to" if called_name(verified, touched) else "calls")
@@ -313,14 +441,6 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     is that lost code moved unchanged (then h's remaining change carries the divergence and h keeps
     the credit), the credit goes to `used`. Returns whether it did."""
     commit = (used.commit or "")[:10]
-    moved = moved_callee(repo, used, after)
-    if moved:
-        note = f"its body is {moved}'s, which its caller {h.function} called before {commit}, moved unchanged"
-        h.evidence.append(
-            f"its verifying restore changes only its use of {used.function}, but {note}: its own change carries the divergence"
-        )
-        used.evidence.append(note + ": that code ran before the commit")
-        return False
     if faithful_move(function_source(repo, used) or "", before, after, name):
         h.evidence.append(
             f"its verifying restore changes only its use of {used.function}, but {used.function}'s body is "
@@ -340,23 +460,18 @@ def credit_new_helper(repo: Path, h: Hypothesis, used: Hypothesis, before: str, 
     return True
 
 
-def moved_callee(repo: Path, c: Hypothesis, caller_old: str) -> str | None:
-    """c, a function its commit created, has the body (docstrings, annotations and parameter names aside) of a function
-    that the caller's old version `caller_old` called, as it stood before that commit: the commit moved or
-    renamed that function unchanged, so c's code is not new, it ran on the caller's path before the
-    commit, and what changed is how the caller uses it. That function's qualname, or None."""
-    called = {n for n, _ in call_names(caller_old)}
-    src = function_source(repo, c) if c.commit and called else None
-    if not src:
-        return None
-    try:
-        old = open_index(repo, commit=f"{c.commit}^", include_tests=False)
-    except GitError:
-        return None
-    for s in old.symbols:
-        if s.name in called and s.kind != "class" and s.language == "python" and same_def_renamed(old.read(s), src):
-            return s.qualname
-    return None
+def note_moved(repo: Path, h: Hypothesis, c: Hypothesis, after: str) -> bool:
+    """c, a function h's commit created, is code the old tree had, moved unchanged (moved_from): said in
+    c's evidence, naming whether h's old version `after` called it. Whether it is."""
+    moved = moved_from(repo, c) if c.commit == h.commit else None
+    if moved is None:
+        return False
+    called = short_name(moved) in {n for n, _ in call_names(after)}
+    whose = f"which its caller {h.function} called before" if called else f"as it stood before {(c.commit or '')[:10]}"
+    note = f"its body is {moved}'s, {whose}, moved unchanged: that code ran before the commit, it is not new code"
+    if note not in c.evidence:
+        c.evidence.append(note)
+    return True
 
 
 def moved_unchanged(repo: Path, h: Hypothesis, c: Hypothesis, before: str, after: str, reach: set[str]) -> bool:
@@ -457,10 +572,6 @@ def rewritten_around(
             continue
         if moved_statements(function_source(repo, c) or "", before, after):
             c.evidence.append(f"part of its body is code its caller {h.function} lost, moved (names aside)")
-            continue
-        moved = moved_callee(repo, c, after)
-        if moved:
-            c.evidence.append(f"its body is {moved}'s, which its caller {h.function} called before, moved unchanged")
             continue
         if own_edit_verifies(repo, h, before, after, repro, prober, name):
             return None
@@ -600,12 +711,49 @@ def called_name(c: Hypothesis, names: set[str]) -> str | None:
 
 
 def is_new(repo: Path, h: Hypothesis) -> bool:
-    """h's function did not exist before the commit suspected of it: all of its code is that commit's."""
+    """h's function is new code in the commit suspected of it: it did not exist before that commit, and
+    it is not a function the old code had, moved or renamed unchanged (moved_from). The one notion of
+    new code: a new function has no earlier version, so its absence or a template edit is its
+    counterfactual and it may take a restored caller's credit; moved code ran before the commit, so
+    neither holds for it."""
+    return absent_before(repo, h) and moved_from(repo, h) is None
+
+
+def absent_before(repo: Path, h: Hypothesis) -> bool:
+    """h's function (its file and qualname) did not exist before the commit suspected of it."""
     try:
         old = open_index(repo, commit=f"{h.commit}^", include_tests=False, paths=(h.file,))
     except GitError:
         return False
     return bool(h.commit) and not any(s.file == h.file and s.qualname == h.function for s in old.find(h.function))
+
+
+def moved_from(repo: Path, h: Hypothesis) -> str | None:
+    """The qualname of the function of the tree before h's commit whose body h's function has,
+    docstrings, annotations and parameter names aside (a module function made a method on its first
+    parameter too: tools.hypotheses.moved.same_def_renamed): h's function was moved, renamed or copied
+    there unchanged, its code ran before the commit. None where h's function existed before (its
+    change is then its own) or nothing matches."""
+    if not h.commit or not absent_before(repo, h):
+        return None
+    src = function_source(repo, h)
+    return _moved_from(str(repo), h.commit, src) if src else None
+
+
+@functools.lru_cache(maxsize=256)
+def _moved_from(repo: str, commit: str, src: str) -> str | None:
+    try:
+        old = open_index(repo, commit=f"{commit}^", include_tests=False)
+    except GitError:
+        return None
+    return next(
+        (
+            s.qualname
+            for s in old.symbols
+            if s.kind != "class" and s.language == "python" and same_def_renamed(old.read(s), src)
+        ),
+        None,
+    )
 
 
 def handed_on_less(repo: Path, before: str, after: str, callees: list[Hypothesis], reach: set[str]) -> list[str]:

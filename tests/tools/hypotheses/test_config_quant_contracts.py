@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.engines.functaps import function_taps
+from tools.engines.functaps import ModuleWeights, function_taps
 from tools.engines.tinyserve import CONFIG_AXES
-from tools.hypotheses.contracts import contract_for, judge
+from tools.hypotheses.contracts import check_model_quantizer, contract_for, judge
 from tools.probe.checkpoints import TINY_PRESETS, edited_config, hf_config_keys
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
@@ -91,12 +91,41 @@ def test_an_int4_scale_over_sixteen_steps_breaks_quant_roundtrip(tmp_path: Path)
 def test_bug_free_tinyserve_keeps_config_fidelity_and_quant_roundtrip(arch, dtype, model, options):
     found = verdicts(scenario(arch, dtype, model, options))
     judged = {v["contract"] for v in found.values()}
-    broken = [
-        k for k, v in found.items() if v["violations"] and v["contract"] in ("config-fidelity", "quant-roundtrip")
-    ]
+    kinds = ("config-fidelity", "quant-roundtrip", "quantize-model")
+    broken = [k for k, v in found.items() if v["violations"] and v["contract"] in kinds]
     assert not broken, broken
     assert "config-fidelity" in judged
     assert "quant-roundtrip" in judged or options.get("quantization") != "int4"
+    assert "quantize-model" in judged or not options.get("quantization")
+
+
+def test_a_model_quantizer_that_leaves_one_sibling_projection_in_float_breaks_quantize_model(tmp_path: Path):
+    """The quantizer picks the layers it converts and misses one kind: beside each layer's converted
+    projections, that one keeps its float weight matrix (nothing any per-weight contract sees)."""
+    tree = faulty_tree(
+        tmp_path,
+        "quantization.py",
+        'isinstance(module, LinearBase) and ".layers." in f".{name}"',
+        'isinstance(module, LinearBase) and ".layers." in f".{name}" and not name.endswith("o_proj")',
+    )
+    found = only_contract(
+        verdicts(scenario("llama", "float32", options={"quantization": "int4", "quant_group_size": 32}), tree),
+        "quantize-model",
+    )
+    assert [v["function"].split(":")[-1] for v in found if v["violations"]] == ["quantize_linears"]
+    assert found[0]["max_violation"] == pytest.approx(0.5)  # qkv_proj converted, o_proj left: half of them
+
+
+def test_check_model_quantizer_compares_siblings_under_one_parent():
+    before = ModuleWeights(frozenset({"embed", "layers.0.a", "layers.0.b", "layers.0.mlp.c", "layers.0.mlp.d", "head"}))
+    all_of_them = ModuleWeights(frozenset({"embed", "head"}))
+    one_missed = ModuleWeights(frozenset({"embed", "head", "layers.0.b"}))
+    none = before
+    assert check_model_quantizer({"model": before}, {"model": all_of_them}, {}) == 0.0
+    assert check_model_quantizer({"model": before}, {"model": one_missed}, {}) == 0.5
+    assert check_model_quantizer({"model": before}, {"model": none}, {}) is None  # converted nothing: no claim
+    assert contract_for("quantize_linears", ("model", "scheme", "group_size", "kernel")).name == "quantize-model"
+    assert contract_for("quantize_weight", ("w", "scheme", "group_size")).name == "quant-roundtrip"
 
 
 def reader_verdicts(config: dict) -> list[dict]:
