@@ -78,8 +78,8 @@ print(json.dumps({"compare_s": time.perf_counter() - start, "verdict": verdict})
 def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) -> dict:
     """Seconds for target + two teacher-forced reference runs (+ comparison when taps are on), and
     their parts summed over the three runs: start-up, engine (forward and capture), save, load.
-    `old` (probe arm): also the old tree's compare of the same traces (`old_compare`'s argument, less the
-    traces), before this tree's when `old_first`."""
+    `old`: the run folders, kept, are removed here, and the probe arm's traces are also compared by the old
+    tree (`old_compare`'s argument, less the traces), before this tree's compare when `old_first`."""
     prober = Prober()
     start = time.perf_counter()
     target = prober.run_target(scenario, None, taps=taps)
@@ -88,19 +88,19 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
     low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
     runs_s = time.perf_counter() - start
     traces = {"target": target, "high": high, "low": low}
-    old_result = {}
-    if old is not None and old_first:
+    old_result, compared = {}, old is not None and taps is None
+    if compared and old_first:
         old_result = old_compare(old, traces)
     comparing = time.perf_counter()
     verdict = compare_traces(scenario, target, low, high).summary if taps is None else None
     compare_s = time.perf_counter() - comparing
-    if old is not None and not old_first:
+    if compared and not old_first:
         old_result = old_compare(old, traces)
     parts: dict[str, float] = {}
     for trace in (target, high, low):
         for part, seconds in trace.meta.get("timing", {}).items():
             parts[part] = parts.get(part, 0.0) + seconds
-        if old is not None:
+        if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
             shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
     out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "verdict": verdict}
     if old_result:
@@ -147,13 +147,13 @@ def main(argv=None) -> int:
             "scenario": str(args.scenario.resolve()),
         }
     if not args.no_warmup:
-        one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
+        one_round(scenario, None, old)  # warm the checkpoint cache, the OS file cache and both compares
     plain: list[dict] = []
     probe: list[dict] = []
     loads: list[float] = []
     for i in range(args.repeats):
         loads.append(os.getloadavg()[0])
-        plain.append(one_round(scenario, []))
+        plain.append(one_round(scenario, [], old))
         probe.append(one_round(scenario, None, old, old_first=i % 2 == 1))
         print(f"round {i + 1}: plain {plain[-1]['total_s']:.2f} s, probe {probe[-1]['total_s']:.2f} s", file=sys.stderr)
     p, q = medians(plain), medians(probe)
