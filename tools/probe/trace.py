@@ -377,12 +377,14 @@ class TensorFile:
 
     def get(self, i: int) -> torch.Tensor:
         (dtype, shape), begin, end = self.layout[i], self.spans[2 * i], self.spans[2 * i + 1]
+        raw = torch.empty(end - begin, dtype=torch.uint8)
         with open(self.path, "rb") as f:
             f.seek(begin)
-            raw = bytearray(f.read(end - begin))
-        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+            got = f.readinto(raw.numpy())  # straight into the tensor's memory: one copy, not two
+        if got != end - begin:
+            raise ValueError(f"{self.path}: tensor {i} ends past the file ({got} of {end - begin} bytes)")
         _heap.read += end - begin
-        return flat.reshape(shape)
+        return raw.view(dtype).reshape(shape)
 
 
 def tensor_number(name: str) -> int | None:
