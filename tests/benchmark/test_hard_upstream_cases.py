@@ -15,15 +15,23 @@ from benchmark.authoring.tinyserve_hard_heldout4 import CASES as HELDOUT4_CASES
 from benchmark.authoring.tinyserve_hard_heldout5 import CASES as HELDOUT5_CASES
 from benchmark.authoring.tinyserve_hard_heldout5b import CASES as HELDOUT5B_CASES
 from benchmark.authoring.tinyserve_hard_heldout6 import CASES as HELDOUT6_CASES
+from benchmark.authoring.tinyserve_hard_heldout6b import CASES as HELDOUT6B_CASES
 from benchmark.authoring.tinyserve_hard_upstream import CASES as UPSTREAM_CASES
 from benchmark.authoring.tinyserve_stream import stream
 from benchmark.build import build_case_repo, git, read_commit_map
 from benchmark.cases import BUNDLED_CASES_DIR, load_case, load_truth
 
 # the upstream set (2026-2033) and the held-out sets (2034-2043, 2201-2212, 2401-2412, 2601-2612, 2621-2626,
-# 2801-2810) share these checks
+# 2801-2810, 2821-2830) share these checks
 CASES = (
-    UPSTREAM_CASES + HELDOUT_CASES + HELDOUT3_CASES + HELDOUT4_CASES + HELDOUT5_CASES + HELDOUT5B_CASES + HELDOUT6_CASES
+    UPSTREAM_CASES
+    + HELDOUT_CASES
+    + HELDOUT3_CASES
+    + HELDOUT4_CASES
+    + HELDOUT5_CASES
+    + HELDOUT5B_CASES
+    + HELDOUT6_CASES
+    + HELDOUT6B_CASES
 )
 IDS = [spec.id for spec in CASES]
 
