@@ -263,6 +263,15 @@ CONFIG_AXES = (
         archs=("llama", "qwen2", "mistral"),
     ),
     TriggerAxis(
+        "untied_head",
+        {},
+        "a separate lm_head on an arch whose exports usually tie it (Gemma 2 fine-tunes saved untied)",
+        "an untied lm_head",
+        ("untied", "tie word embeddings", "lm head", "lm_head"),
+        model={"tie_word_embeddings": False},
+        archs=("gemma2",),
+    ),
+    TriggerAxis(
         "softcap_engaged",
         {},
         "soft-capping that bites: caps at the tiny model's own score and logit scale (init range 0.2)",

@@ -46,3 +46,19 @@ def test_a_legacy_llama3_rope_checkpoint_loads_in_both_and_agrees():
 def test_every_config_variant_agrees_on_every_arch_that_ships_it(arch, config):
     _, result = probe(arch, config)
     assert not result.diverged, result.summary
+
+
+def test_an_untied_gemma2_head_is_its_own_matrix_and_the_engine_reads_it():
+    """Gemma 2 exports usually tie lm_head to the embedding; a fine-tune saved untied carries its own head.
+    The variant writes such a checkpoint (the head's weights differ from the embedding's) and the bug-free
+    engine, which must use that head, agrees with transformers on it."""
+    from safetensors.torch import load_file
+
+    sc, result = probe("gemma2", "untied_head")
+    folder = ensure_checkpoint(sc.model)
+    assert json.loads((folder / "config.json").read_text())["tie_word_embeddings"] is False
+    weights = load_file(str(next(folder.glob("*.safetensors"))))
+    head = next(v for k, v in weights.items() if k.endswith("lm_head.weight"))
+    embed = next(v for k, v in weights.items() if k.endswith("embed_tokens.weight"))
+    assert head.shape == embed.shape and not bool((head == embed).all())
+    assert not result.diverged, result.summary
