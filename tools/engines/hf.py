@@ -77,7 +77,7 @@ PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
 
 
 # The feature axis (the sweep's, the trigger search's): attention through torch's SDPA, the kernel
-# from_pretrained picks by default. Its mask handling is its own (a padded batch passes an explicit
+# from_pretrained picks by default (this adapter loads eager unless told). Its mask handling is its own (a padded batch passes an explicit
 # mask, an unpadded one may rely on the kernel's causal flag), unlike eager's, which runs otherwise.
 TRIGGER_AXES = (
     TriggerAxis(
