@@ -51,7 +51,7 @@ def declared_axes(spec: EngineSpec, source: Path | None):
     from tools.engines import engine_capabilities
 
     caps = engine_capabilities(spec.engine, source)
-    features = {axis.name: Feature(dict(axis.options), axis.alone) for axis in caps.trigger_axes}
+    features = {axis.name: Feature(dict(axis.options), axis.alone, tuple(axis.archs)) for axis in caps.trigger_axes}
     variants = {
         axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options), *_crossed(axis))
         for axis in caps.config_axes
@@ -66,7 +66,7 @@ def _crossed(axis) -> tuple:
 
 def ordered_cells(args, matrix, declared, variants, canonical) -> list[Cell]:
     """The matrix's cells in covering order, or, with --prefer, nearest the reported scenario first."""
-    cells = covering_order(matrix.cells(variants))
+    cells = covering_order(matrix.cells(variants, declared))
     if not args.prefer:
         return cells
     report = load(args.prefer)

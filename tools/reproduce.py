@@ -184,7 +184,9 @@ def variants(scenario: Scenario, target_source: Path | None = None) -> list[Vari
     """Variants for this scenario's target engine (its trigger axes, as the tree under test
     declares them), cheapest first."""
     caps = engine_capabilities_or_none(scenario, target_source)
-    axes = [(a, axis_feature(a, caps)) for a in caps.trigger_axes] if caps is not None else []
+    arch = scenario.model.get("arch")  # a checkpoint dir: its arch is unknown here, every axis is tried
+    runs = [a for a in caps.trigger_axes if not a.archs or arch is None or arch in a.archs] if caps else []
+    axes = [(a, axis_feature(a, caps)) for a in runs] if caps is not None else []
     out = [
         Variant("batch", "a batch of 4 requests of different lengths", _batch),
         Variant("long_prompt", "a 90-token prompt (past windows, blocks and chunks)", _long_prompt),

@@ -227,6 +227,39 @@ def test_sampled_workload_has_each_cut_alone_at_a_temperature_other_than_one():
     assert all(s["temperature"] != 1.0 for s in rows)
 
 
+def test_sampled_workload_holds_two_requests_with_the_same_min_p_that_bites():
+    """An engine that batches requests by their settings samples these two together: a min-p cut that
+    reads another row's top probability shows in one of them."""
+    rows = WORKLOADS["sampled"](None)
+    same: dict = {}
+    for r in rows:
+        same.setdefault(repr((sorted(r["sampling"].items()), r["max_tokens"])), []).append(r)
+    twins = [g for g in same.values() if len(g) > 1]
+    assert len(twins) == 1 and len(twins[0]) == 2
+    a, b = twins[0]
+    assert a["prompt_ids"] != b["prompt_ids"] and a["sampling"]["min_p"] >= 0.3 and a["sampling"]["temperature"] < 1
+
+
+def test_a_config_variant_crossed_with_three_axes_meets_every_such_triple():
+    variants = {**VARIANTS, "scale": ConfigVariant({"initializer_range": 0.2}, crossed=("arch", "dtype", "workload"))}
+    m = default_matrix(FEATURES, variants)
+    cells = m.cells(variants)
+    met = {(c.arch, c.dtype, c.workload) for c in cells if c.config == "scale"}
+    assert met == set(itertools.product(m.arch, m.dtype, m.workload))
+    assert {(c.dtype, c.workload) for c in cells if c.config == "rope_linear"} == set(
+        itertools.product(TARGET_DTYPES, WORKLOADS)
+    )
+
+
+def test_a_feature_the_engine_runs_on_some_archs_only_gets_cells_of_those_archs():
+    declared = {**FEATURES, "fast_attn": Feature({"attn": "fast"}, archs=("llama", "qwen2"))}
+    m = default_matrix(declared)
+    cells = m.cells(None, declared)
+    assert {c.arch for c in cells if c.features == "fast_attn"} == {"llama", "qwen2"}
+    assert not any(c.features == "all" and c.arch in ("mistral", "gemma2") for c in cells)  # all holds it too
+    assert {(c.arch, c.dtype, c.workload) for c in cells} == set(itertools.product(m.arch, m.dtype, m.workload))
+
+
 def test_staggered_workload_holds_a_whole_cached_prompt_and_one_differing_at_a_blocks_last_token():
     requests = WORKLOADS["staggered"](None)
     first = requests[0]["prompt_ids"]

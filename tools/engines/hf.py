@@ -37,7 +37,7 @@ from tools.engines.hf_generate import (
     request_positions,
 )
 from tools.engines.injection import Injection
-from tools.engines.protocol import Capabilities, RunJob
+from tools.engines.protocol import Capabilities, RunJob, TriggerAxis
 from tools.engines.recorder import (
     TORCH_DTYPES,
     HookRecorder,
@@ -74,6 +74,49 @@ SANDWICH_NORM_TAPS = {  # gemma2
     "post_feedforward_layernorm": "mlp.post_norm",
 }
 PLAIN_NORM_TAPS = {"post_attention_layernorm": "mlp_norm"}
+
+
+# The feature axis (the sweep's, the trigger search's): attention through torch's SDPA, the kernel
+# from_pretrained picks by default (this adapter loads eager unless told). Its mask handling is its own (a padded batch passes an explicit
+# mask, an unpadded one may rely on the kernel's causal flag), unlike eager's, which runs otherwise.
+TRIGGER_AXES = (
+    TriggerAxis(
+        "sdpa",
+        {"attn_implementation": "sdpa"},
+        "attention through torch's scaled_dot_product_attention, on a batch of prompts of different lengths",
+        "SDPA attention",
+        ("sdpa", "scaled dot product", "scaled_dot_product_attention"),
+        workload="batch",
+        archs=("llama", "qwen2", "mistral"),  # transformers 5 refuses sdpa for Gemma2ForCausalLM
+    ),
+)
+
+# Checkpoint config variants transformers reads (the sweep's model-config axis), as [model] keys for the
+# checkpoint factory. YaRN as Qwen2.5 ships it: a pretraining length (256) below max_position_embeddings
+# (the presets' 1024), so code that reads the one for the other moves the ramp. Weights at a trained
+# model's scale: the presets' init 0.02 leaves attention nearly uniform, where rounded rope angles or
+# softmax errors barely move the output. Each arch has its own modeling code here, so this variant meets
+# every arch x precision x prompt shape: a scale-dependent rounding shows in one arch's code, in one
+# precision, at a long prompt's positions.
+CONFIG_AXES = (
+    TriggerAxis(
+        "rope_yarn",
+        {},
+        "YaRN rope scaling, factor 4 over a 256-token pretraining length (Qwen2.5 style)",
+        "YaRN rope scaling",
+        ("yarn",),
+        model={"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}},
+    ),
+    TriggerAxis(
+        "trained_scale",
+        {},
+        "weights at a trained model's scale (init range 0.2): peaked attention, activations of order 1",
+        "trained-scale weights",
+        ("precision", "longer prompts", "position", "activation"),
+        model={"initializer_range": 0.2},
+        crossed=("arch", "dtype", "workload"),
+    ),
+)
 
 
 class TapRecorder(HookRecorder):
@@ -119,6 +162,8 @@ class HFEngine:
             package=self.package,
             accepted_options=tuple(sorted(set(LOAD_ONLY) | set(ACCEPTED))),
             sampling_keys=HONOURED_SAMPLING,
+            trigger_axes=TRIGGER_AXES,
+            config_axes=CONFIG_AXES,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

@@ -24,9 +24,9 @@ class TriggerAxis:
     # a model-config axis (Capabilities.config_axes): [model] keys for the checkpoint factory, not
     # engine options (tools.probe.checkpoints: HF config fields, omit_keys, config_json)
     model: dict = field(default_factory=dict)
-    archs: tuple[str, ...] = ()  # the archs whose checkpoints ship it (empty: every arch)
-    # a config axis whose bugs need a precision and a code path rather than a prompt shape: the two sweep
-    # axes whose every pair of values it meets (empty: the sweep's default, dtype x workload)
+    archs: tuple[str, ...] = ()  # the archs whose checkpoints ship it, or the engine runs it on (empty: every arch)
+    # a config axis whose bugs need a precision and a code path rather than a prompt shape: the sweep axes
+    # (two or more) whose every combination of values it meets (empty: the sweep's default, dtype x workload)
     crossed: tuple[str, ...] = ()
 
 

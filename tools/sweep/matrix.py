@@ -62,6 +62,10 @@ GREEDY_PENALISED = {"temperature": 0.0, "presence_penalty": 0.3, "frequency_pena
 # top-k switched off as OpenAI / vLLM clients write it (-1, not 0); and a top-k alone.
 TOP_P_ALONE = {"temperature": 0.7, "top_p": 0.3, "top_k": -1, "seed": 13}
 TOP_K_ALONE = {"temperature": 0.6, "top_k": 12, "seed": 5}
+# Two requests with the same min-p settings (a cut that bites, at a temperature that sharpens), so an
+# engine that batches requests by their settings samples them together: a cut scaled by another row's
+# top probability (the batch's, not the row's own) shows in the row with the lower top probability.
+MIN_P_TWINS = {"temperature": 0.5, "min_p": 0.5, "seed": 17}
 # Text in several scripts: multi-byte UTF-8 pieces (2-, 3- and 4-byte characters) in the prompt, so
 # incremental detokenization meets characters split across tokens.
 MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
@@ -121,7 +125,8 @@ def _sampled(window: int | None) -> list[dict]:
     """Six requests with different sampling in one batch: plain greedy (no penalty: the penalised
     rows are a subset of the batch, not its first rows); top-k/top-p/min-p with a repetition
     penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties;
-    a tight nucleus alone (top-k off as -1); a top-k alone."""
+    a tight nucleus alone (top-k off as -1); a top-k alone; two requests with the same min-p settings
+    (one batch where an engine batches equal settings)."""
     return [
         {"prompt_ids": list(range(150, 166)), "max_tokens": 8, "sampling": {"temperature": 0.0}},
         {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
@@ -134,6 +139,8 @@ def _sampled(window: int | None) -> list[dict]:
         {"prompt_ids": list(range(100, 111)), "max_tokens": 8, "arrival_step": 1, "sampling": dict(GREEDY_PENALISED)},
         {"prompt_ids": list(range(230, 243)), "max_tokens": 8, "sampling": dict(TOP_P_ALONE)},
         {"prompt_ids": list(range(260, 270)), "max_tokens": 8, "arrival_step": 2, "sampling": dict(TOP_K_ALONE)},
+        {"prompt_ids": list(range(320, 334)), "max_tokens": 8, "sampling": dict(MIN_P_TWINS)},
+        {"prompt_ids": list(range(360, 374)), "max_tokens": 8, "sampling": dict(MIN_P_TWINS)},
     ]
 
 
@@ -160,10 +167,15 @@ class Cell:
 @dataclass(frozen=True)
 class Feature:
     """A feature the engine's adapter declares (its trigger axis): the options that switch it on;
-    `alone`: never switched on together with the others (its options exclude theirs)."""
+    `alone`: never switched on together with the others (its options exclude theirs); `archs`: the
+    archs the engine runs it on (() = all)."""
 
     options: dict
     alone: bool = False
+    archs: tuple[str, ...] = ()
+
+    def fits(self, arch: str) -> bool:
+        return not self.archs or arch in self.archs
 
 
 @dataclass(frozen=True)
@@ -176,7 +188,7 @@ class ConfigVariant:
     model: dict
     archs: tuple[str, ...] = ()
     options: dict = field(default_factory=dict)
-    crossed: tuple[str, ...] = CONFIG_TRIPLE  # the two axes whose value pairs it meets together
+    crossed: tuple[str, ...] = CONFIG_TRIPLE  # the axes (two or more) whose value combinations it meets together
 
     def fits(self, arch: str) -> bool:
         return not self.archs or arch in self.archs
@@ -199,20 +211,32 @@ class Matrix:
     config: tuple[str, ...] = (PRESET,)
     strength: int = DEFAULT_STRENGTH  # t: the cells cover every t values of t axes; len(AXES) = full product
 
-    def cells(self, variants: dict[str, ConfigVariant] | None = None) -> list[Cell]:
+    def cells(
+        self, variants: dict[str, ConfigVariant] | None = None, declared: dict[str, Feature] | None = None
+    ) -> list[Cell]:
         """The covering array of the other axes, each cell then given the config variant that
         meets the most (variant, value) pairs not met yet, plus copies for pairs still missing;
-        only variants that fit the cell's arch (`variants`: the adapter's; others fit every arch)."""
+        only variants that fit the cell's arch (`variants`: the adapter's; others fit every arch), and
+        only feature sets the engine runs on the arch (`declared`: the adapter's features)."""
         variants = variants or {}
 
         def fits(config: str, arch: str) -> bool:
             return config not in variants or variants[config].fits(arch)
 
-        base = [Cell(*values) for values in itertools.product(self.arch, self.dtype, self.features, self.workload)]
+        product = itertools.product(self.arch, self.dtype, self.features, self.workload)
+        base = [c for c in (Cell(*values) for values in product) if features_fit(c, declared or {})]
         if self.strength >= len(AXES):
             return [replace(c, config=k) for c in base for k in self.config if fits(k, c.arch)]
         crossed = {k: v.crossed for k, v in variants.items()}
         return with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits, crossed)
+
+
+def features_fit(cell: Cell, declared: dict[str, Feature]) -> bool:
+    """Whether the engine runs the cell's feature set on its arch (`all`: every feature in it does)."""
+    if cell.features == "all":
+        return all(f.fits(cell.arch) for f in declared.values() if not f.alone)
+    feature = declared.get(cell.features)
+    return feature is None or feature.fits(cell.arch)
 
 
 def feature_sets(declared: dict[str, Feature]) -> tuple[str, ...]:

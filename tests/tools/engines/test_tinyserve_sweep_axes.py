@@ -16,7 +16,7 @@ from tools.engines.tinyserve import CONFIG_AXES, SUBJECT_ROOT, TinyServeEngine
 from tools.probe.checkpoints import ensure_checkpoint
 from tools.probe.prober import Prober
 from tools.scenario import EngineSpec
-from tools.sweep.matrix import Cell, ConfigVariant, Feature, scenario_of
+from tools.sweep.matrix import WORKLOADS, Cell, ConfigVariant, Feature, scenario_of
 
 TARGET = EngineSpec("tinyserve", "float32", {})
 REPLACEMENT = "\ufffd"  # what decoding a token that ends inside a character gives for its tail
@@ -56,7 +56,8 @@ def test_the_text_request_splits_characters_across_tokens_and_its_text_agrees():
 def test_per_request_sampling_in_one_batch_agrees():
     _, result = probe(Cell("llama", "float32", "none", "sampled"), {})
     assert not result.diverged, result.summary
-    assert len(result.target.outputs) == 6 and all(len(o.output_ids) == 8 for o in result.target.outputs)
+    rows = len(WORKLOADS["sampled"](None))
+    assert len(result.target.outputs) == rows and all(len(o.output_ids) == 8 for o in result.target.outputs)
 
 
 # A nucleus whose cumulative sum runs in bfloat16 (it stops growing near 0.5) and a top-k that takes only
