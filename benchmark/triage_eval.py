@@ -26,8 +26,8 @@ ISSUES = REAL
 # test3 was scored once with the classifier frozen at 09fa157 first), test4 (fourth collection, scored once at
 # 17e137a, fitted on since the fifth round), test5 and test6 (fifth and sixth collections, each scored once, then
 # fitted on), test7 (seventh collection, scored once at 16968fb, fitted on since the eighth round), test8 (eighth
-# collection, scored once at 08d72da, fitted on since the ninth round), test9 (ninth collection, held out; see
-# benchmark/triage/real/README.md).
+# collection, scored once at 08d72da, fitted on since the ninth round), test9 and test10 (ninth and tenth
+# collections, held out; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = (
     "train",
@@ -41,6 +41,7 @@ SPLIT_ORDER = (
     "test7",
     "test8",
     "test9",
+    "test10",
     "heldout",
     "fresh",
     "fresh2",
