@@ -17,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -30,10 +31,12 @@ from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario, load, unhonoured_sampling
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
 from tools.sweep.matrix import (
+    TARGET_DTYPES,
     WORKLOADS,
     Cell,
     ConfigVariant,
     Feature,
+    Scope,
     covering_order,
     load_matrix,
     nearest_first,
@@ -42,12 +45,14 @@ from tools.sweep.matrix import (
 from tools.sweep.output import junit_xml, markdown_summary
 
 MINIMIZE_PROBES = 8  # probes spent shrinking one group's scenario
+# with --fail-fast: does this failing cell (its result, its scenario) end the sweep?
+StopRule = Callable[[CellResult, Scenario], bool]
 
 
 def declared_axes(spec: EngineSpec, source: Path | None):
     """What the engine's adapter declares for the tree under test -> (its features: trigger axis
     name -> the options that switch it on; its checkpoint config variants; its option canonicalizer;
-    the request sampling keys it honours, None: all)."""
+    the request sampling keys it honours, None: all; the archs, dtypes and windows it runs)."""
     from tools.engines import engine_capabilities
 
     caps = engine_capabilities(spec.engine, source)
@@ -56,7 +61,13 @@ def declared_axes(spec: EngineSpec, source: Path | None):
         axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options), *_crossed(axis))
         for axis in caps.config_axes
     }
-    return features, variants, caps.canonical_options, caps.sampling_keys
+    scope = Scope(
+        spec.engine,
+        tuple(d for d in TARGET_DTYPES if d in caps.dtypes),
+        caps.archs,
+        tuple(caps.unwindowed_archs),
+    )
+    return features, variants, caps.canonical_options, caps.sampling_keys, scope
 
 
 def _crossed(axis) -> tuple:
@@ -64,9 +75,10 @@ def _crossed(axis) -> tuple:
     return (tuple(axis.crossed),) if axis.crossed else ()
 
 
-def ordered_cells(args, matrix, declared, variants, canonical) -> list[Cell]:
-    """The matrix's cells in covering order, or, with --prefer, nearest the reported scenario first."""
-    cells = covering_order(matrix.cells(variants, declared))
+def ordered_cells(args, matrix, declared, variants, canonical, scope: Scope | None = None) -> list[Cell]:
+    """The matrix's cells the engine runs, in covering order, or, with --prefer, nearest the reported
+    scenario first."""
+    cells = covering_order(matrix.cells(variants, declared, scope))
     if not args.prefer:
         return cells
     report = load(args.prefer)
@@ -116,9 +128,13 @@ def sweep(
     budget_s: float | None,
     log,
     fail_fast: bool = False,
+    stops: StopRule | None = None,
 ) -> tuple[list[CellResult], dict[str, ProbeResult]]:
     """Probe the cells in order until the time budget would be overrun by the next one (judged by
-    the median cell so far), or, with `fail_fast`, until one diverges; the rest are reported skipped."""
+    the median cell so far), or, with `fail_fast`, until one fails (diverges or errors; `stops`, when
+    given, decides instead which failing cell ends the sweep); the rest are reported skipped."""
+    stops = stops or (lambda r, _sc: r.status in ("diverge", "error"))
+    stopped = False
     start = time.monotonic()
     results: list[CellResult] = []
     probes: dict[str, ProbeResult] = {}
@@ -128,7 +144,7 @@ def sweep(
         note = None
         if budget_s is not None and elapsed + typical > budget_s:
             note = f"not run: the {budget_s / 60:g}-minute budget was spent after {len(results)} cells"
-        elif fail_fast and any(r.status in ("diverge", "error") for r in results):
+        elif fail_fast and stopped:
             note = "not run: --fail-fast stopped at the first failing cell"
         if note:
             results += [CellResult(c, "skipped", 0.0, note) for c, _ in cells[i:]]
@@ -137,6 +153,7 @@ def sweep(
         results.append(r)
         if probe is not None and r.status == "diverge":
             probes[cell.id] = probe
+        stopped = fail_fast and r.status in ("diverge", "error") and stops(r, scenario)
         log(
             f"[{i + 1}/{len(cells)}] {cell.id}: {r.status} ({r.seconds:.1f} s) {r.summary if r.status != 'agree' else ''}"
         )
@@ -265,17 +282,25 @@ def main(argv: list[str] | None = None) -> int:
     return DIVERGED if any(r.status in ("diverge", "error") for r in results) else AGREE
 
 
-def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[list[CellResult], list[Group], float]:
+def check(
+    args, source: Path | None, out: Path, prober: Prober, log, stops: StopRule | None = None
+) -> tuple[list[CellResult], list[Group], float]:
     """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`.
-    `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused."""
-    declared, variants, canonical, sampling_keys = declared_axes(args.spec, source)
+    `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused;
+    `stops`: with --fail-fast, which failing cell ends the sweep (default: any)."""
+    declared, variants, canonical, sampling_keys, scope = declared_axes(args.spec, source)
     matrix = load_matrix(args.matrix, declared, variants)
+    left_out = matrix.left_out(scope, variants)
+    for reason in left_out:
+        log(f"left out of the matrix: {reason}")
     reference = {"engine": args.reference} if args.reference else None
     cells = [
         (c, scenario_of(c, args.spec, declared, reference, variants, sampling_keys))
-        for c in ordered_cells(args, matrix, declared, variants, canonical)
+        for c in ordered_cells(args, matrix, declared, variants, canonical, scope)
     ]
-    left_out = sorted(
+    if not cells:
+        raise BadInput(f"no cell of the matrix is one {args.spec.engine} runs: " + "; ".join(left_out))
+    unhonoured = sorted(
         {
             k
             for w in WORKLOADS.values()
@@ -283,11 +308,11 @@ def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[li
             for k in unhonoured_sampling(r.get("sampling", {}), sampling_keys)
         }
     )
-    if left_out:
-        log(f"sampling {left_out} left out of the workloads: {args.spec.engine} does not honour them")
+    if unhonoured:
+        log(f"sampling {unhonoured} left out of the workloads: {args.spec.engine} does not honour them")
     start = time.monotonic()
     budget_s = args.budget_min * 60 if args.budget_min else None
-    results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast)
+    results, _ = sweep(cells, prober, source, budget_s, log, fail_fast=args.fail_fast, stops=stops)
     groups = group_cells(results)
     scenarios = dict((c.id, sc) for c, sc in cells)
     followed = {
@@ -295,15 +320,20 @@ def check(args, source: Path | None, out: Path, prober: Prober, log) -> tuple[li
     }
     wall = time.monotonic() - start
     (out / "junit.xml").write_text(junit_xml(results, "diffdx check", args.spec.engine))
-    (out / "summary.md").write_text(markdown_summary(results, groups, followed, args.spec.engine, wall))
-    (out / "results.json").write_text(json.dumps(results_json(results, groups, followed, wall), indent=2) + "\n")
+    (out / "summary.md").write_text(markdown_summary(results, groups, followed, args.spec.engine, wall, left_out))
+    (out / "results.json").write_text(
+        json.dumps(results_json(results, groups, followed, wall, left_out), indent=2) + "\n"
+    )
     return results, groups, wall
 
 
-def results_json(results: list[CellResult], groups: list[Group], followed: dict, wall: float) -> dict:
+def results_json(
+    results: list[CellResult], groups: list[Group], followed: dict, wall: float, left_out: list[str] | None = None
+) -> dict:
     return {
         "wall_s": round(wall, 1),
         "threshold": compare.THRESHOLD,
+        "left_out": left_out or [],  # parts of the matrix the engine does not run, and why
         "cells": [
             {"cell": r.cell.id, **{k: v for k, v in asdict(r).items() if k not in ("cell", "detail")}} for r in results
         ],

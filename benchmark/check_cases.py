@@ -27,6 +27,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import tomli_w
@@ -54,8 +55,43 @@ def bug_alone(case: Case, repo: Path, tree: Path) -> str:
     )
 
 
+def good_parent(repo: Path, tree: Path, into: Path) -> Path | None:
+    """The commit before the swept one, checked out into `into` (a bug at base has none: None)."""
+    head = git(tree, "rev-parse", "HEAD")
+    base = git(repo, "rev-parse", "base^{commit}")
+    if head == base:
+        return None
+    git(repo, "worktree", "add", "-q", "--detach", str(into), f"{head}^")
+    return into
+
+
+def error_rule(prober, clean: Callable[[], Path | None], row: dict):
+    """Which errored cell counts as a catch: one whose engine runs on the tree before the bug
+    (same cell, same scenario) without error and agrees there. An engine that fails on the clean
+    tree too (a refusal, a missing build) says nothing of the bug; the sweep goes on past it."""
+    from tools.engines.runner import EngineRunError
+
+    def stops(result, scenario) -> bool:
+        if result.status != "error":
+            return True
+        good = clean()
+        if good is None:
+            why = "no tree before the bug to tell it from the engine's own failure"
+        else:
+            try:
+                why = "the tree before the bug diverges there too" if prober.probe(scenario, good).diverged else ""
+            except EngineRunError as e:
+                why = f"the tree before the bug fails there too ({str(e).splitlines()[0][:120]})"
+        if why:
+            row.setdefault("errors_not_counted", []).append(f"{result.cell.id}: {why}")
+        return not why
+
+    return stops
+
+
 def sweep_case(case: Case, out: Path, args, prober) -> dict:
-    """Sweep the case's bug alone -> its row (caught_by: the first failing cell, or None)."""
+    """Sweep the case's bug alone -> its row (caught_by: the first cell that diverges, or errors
+    where the tree before the bug does not; None: missed)."""
     from agent.check import check
     from agent.check import parse_args as check_args
 
@@ -64,6 +100,13 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
         repo = build_case_repo(case, Path(tmp) / "repo")
         tree = Path(tmp) / "tree"
         how = bug_alone(case, repo, tree)
+        parent: list[Path | None] = []
+
+        def clean() -> Path | None:  # checked out the first time an errored cell asks
+            if not parent:
+                parent.append(good_parent(repo, tree, Path(tmp) / "before"))
+            return parent[0]
+
         argv = ["--engine", case.scenario.target.engine, "--fail-fast", "--no-diagnose", "--minimize-probes", "0"]
         argv += ["--out", str(out / case.id)]  # caught or not is the question: no probes spent shrinking
         argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
@@ -74,11 +117,17 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
         row: dict = {"case": case.id, "subject": case.subject, "tree": how}
         try:
             results, _, _ = check(
-                check_args(argv), tree, writable_dir(out / case.id), prober, lambda m: args.log(f"{case.id} {m}")
+                check_args(argv),
+                tree,
+                writable_dir(out / case.id),
+                prober,
+                lambda m: args.log(f"{case.id} {m}"),
+                stops=error_rule(prober, clean, row),
             )
         except (BadInput, EngineRunError) as e:  # the tree cannot be swept at all (its capabilities fail)
             results, row["error"] = [], str(e).splitlines()[0][:300]
-    failing = [r for r in results if r.status in ("diverge", "error")]
+    uncounted = {line.split(":")[0] for line in row.get("errors_not_counted", [])}
+    failing = [r for r in results if r.status == "diverge" or (r.status == "error" and r.cell.id not in uncounted)]
     row.update(
         verdict="caught" if failing else "missed",
         seconds=round(time.monotonic() - start, 1),

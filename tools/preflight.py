@@ -388,9 +388,36 @@ def preflight(
     check_options(scenario.target, source, "target")
     check_options(scenario.reference, reference_source, "reference")
     check_sampling(scenario, source)
+    count = prompt_counter(scenario, source, config) if texts else None
     if texts:
-        check_limits(scenario, config, prompt_counter(scenario, source, config))
+        check_limits(scenario, config, count)
+    check_served(scenario, source, config, count)
     return source
+
+
+def check_served(scenario: Scenario, source: Path | None, config: dict, count_text=None) -> None:
+    """The model is one the target engine serves as the reference runs it, as its adapter declares: an arch it
+    has no graph for, or a sequence past a sliding window it does not implement, is bad input up front (the
+    run would fail, or differ from the reference for that reason alone), not an engine failure minutes later.
+    `count_text(text) -> tokens` sizes a text prompt (None: one token, the least it can be)."""
+    caps = capabilities(scenario.target.engine, source)
+    arch = config.get("model_type", scenario.model.get("arch"))  # a seeded model's keys leave its arch out
+    if caps is None or not isinstance(arch, str):
+        return
+    engine = scenario.target.engine
+    if caps.archs is not None and arch not in caps.archs:
+        raise BadInput(f"[model] {engine} runs {', '.join(caps.archs)} models, not {arch}")
+    window = config.get("sliding_window")
+    if arch not in caps.unwindowed_archs or not isinstance(window, int) or window <= 0:
+        return
+    for i, req in enumerate(scenario.requests):
+        prompt = len(req.prompt_ids) if req.prompt_ids is not None else (count_text(req.prompt) if count_text else 1)
+        if prompt + req.max_tokens > window:
+            raise BadInput(
+                f"request {i}: {prompt + req.max_tokens} tokens (prompt + max_tokens) pass {arch}'s {window}-token "
+                f"sliding window, which {engine} does not implement (it attends to the whole context): its output "
+                f"would differ from the reference for that reason alone; keep each request within {window} tokens"
+            )
 
 
 def other_arch_keys(model: dict) -> list[str]:

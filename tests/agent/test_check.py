@@ -115,3 +115,35 @@ def test_time_budget_skips_and_lists_cells(tmp_path):
     cells = json.loads((out / "results.json").read_text())["cells"]
     assert cells[0]["status"] == "agree" and any(c["status"] == "skipped" for c in cells)
     assert "## Not run" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_llama_cpp_sweep_leaves_out_what_the_engine_does_not_run_and_says_so(tmp_path):
+    """The bundled llama.cpp (its clean base, built natively) under a matrix naming an arch it has no
+    graph for, a dtype it has no GGUF type for, and a workload past mistral's window (it runs mistral
+    without one): those cells are left out with their reasons, not failed; the rest agree."""
+    from benchmark.build import build_case_repo, git
+    from benchmark.cases import load_cases
+
+    case = next(c for c in load_cases(None) if c.subject == "llama.cpp")
+    repo = build_case_repo(case, tmp_path / "repo")
+    git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "clean"), "base")
+    m = matrix(
+        tmp_path, arch=["llama", "mistral", "gemma2"], dtype=["float32", "bfloat16"], features=["none"],
+        workload=["sampled", "long"], strength=5,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    p = check("--engine", "llama.cpp", "--target-source", str(tmp_path / "clean"), "--matrix", str(m), "--out", str(out),
+              "--no-diagnose")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(c["cell"] for c in results["cells"]) == [
+        "llama-float32-none-long",
+        "llama-float32-none-sampled",
+        "mistral-float32-none-sampled",
+    ]
+    assert {c["status"] for c in results["cells"]} == {"agree"}
+    left = " | ".join(results["left_out"])
+    assert "gemma2: llama.cpp runs" in left and "bfloat16: llama.cpp runs float32, float16" in left
+    assert "mistral x long: sequences past mistral's 32-token sliding window" in left
+    assert "## Left out of the matrix" in (out / "summary.md").read_text()

@@ -61,3 +61,43 @@ def test_cases_not_swept_here_get_an_na_row_with_the_reason(tmp_path, capsys):
     assert rows[native.id]["verdict"] == "n/a" and "--skip-subject" in rows[native.id]["reason"]
     printed = capsys.readouterr().out
     assert "caught 0/0" in printed and "2 n/a" in printed
+
+
+@pytest.mark.slow
+def test_an_errored_cell_is_a_catch_only_where_the_tree_before_the_bug_runs_it(tmp_path):
+    """A commit that makes the engine fail at start: its error is the bug's (the tree before it runs
+    the same cell and agrees). An option every tree refuses errors on both: not a catch, and the row
+    says why; with no tree before the bug an error cannot be told from the engine's own failure."""
+    from benchmark.build import git
+    from tests.faults_tinyserve import Fault, faulty_tree
+    from tools.probe.prober import Prober
+    from tools.scenario import from_dict
+    from tools.sweep.group import CellResult
+    from tools.sweep.matrix import Cell
+
+    crash = Fault(
+        "tinyserve/engine/llm_engine.py",
+        "        self.detokenizer = Detokenizer(self.tokenizer)\n",
+        "        self.detokenizer = Detokenizer(self.tokenizer)\n        raise RuntimeError('blocks miscounted')\n",
+    )
+    tree = faulty_tree(tmp_path / "tree", [(crash, 0)])
+    git(tree, "worktree", "add", "-q", "--detach", str(tmp_path / "before"), "HEAD^")
+    spec = {
+        "model": {"arch": "llama", "seed": 0},
+        "workload": {"requests": [{"prompt_ids": [1, 5, 9], "max_tokens": 3}]},
+    }
+    plain = from_dict({**spec, "target": {"engine": "tinyserve", "dtype": "float32"}})
+    refused = from_dict({**spec, "target": {"engine": "tinyserve", "dtype": "float32", "options": {"no_such": 1}}})
+    errored = CellResult(Cell("llama", "float32", "none", "staggered"), "error", 1.0, "engine failed")
+    prober = Prober()
+    row: dict = {}
+    stops = check_cases.error_rule(prober, lambda: tmp_path / "before", row)
+    assert stops(errored, plain) is True and "errors_not_counted" not in row
+    assert stops(errored, refused) is False
+    (note,) = row["errors_not_counted"]
+    assert note.startswith(f"{errored.cell.id}: the tree before the bug fails there too (") and "no_such" in note
+    no_history: dict = {}
+    assert check_cases.error_rule(prober, lambda: None, no_history)(errored, plain) is False
+    assert "no tree before the bug" in no_history["errors_not_counted"][0]
+    diverged = CellResult(errored.cell, "diverge", 1.0, "at logits")
+    assert check_cases.error_rule(prober, lambda: None, {})(diverged, plain) is True

@@ -258,3 +258,26 @@ def test_a_key_of_another_arch_is_refused_only_where_the_run_would_ignore_it(tmp
     assert gated in config.read_text()
     config.write_text(config.read_text().replace(gated, 'attn_logit_softcapping=hf.get("attn_logit_softcapping")'))
     assert preflight(sc, fork) == fork.resolve()
+
+
+def test_a_model_the_target_engine_does_not_serve_is_bad_input_up_front():
+    """llama.cpp has no gemma2 graph and runs mistral without its sliding window (as its adapter declares):
+    a gemma2 model, or a mistral request past the 32-token window, would fail or differ from the reference
+    for that reason alone; refused before any run, with the reason. Within the window mistral passes."""
+    from tools.scenario import from_dict
+
+    def scenario(arch: str, prompt: int, max_tokens: int):
+        return from_dict(
+            {
+                "model": {"arch": arch, "seed": 0},
+                "target": {"engine": "llama.cpp", "dtype": "float32"},
+                "workload": {"requests": [{"prompt_ids": list(range(3, 3 + prompt)), "max_tokens": max_tokens}]},
+            }
+        )
+
+    with pytest.raises(BadInput, match=r"\[model\] llama.cpp runs llama, mistral, qwen2 models, not gemma2"):
+        preflight(scenario("gemma2", 10, 4))
+    with pytest.raises(BadInput, match="request 0: 40 tokens .* pass mistral's 32-token sliding window"):
+        preflight(scenario("mistral", 34, 6))
+    preflight(scenario("mistral", 26, 6))
+    preflight(scenario("qwen2", 34, 6))

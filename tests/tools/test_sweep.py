@@ -19,10 +19,12 @@ from tools.sweep.matrix import (
     Feature,
     Matrix,
     MatrixError,
+    Scope,
     covering,
     covering_order,
     default_matrix,
     load_matrix,
+    longest_sequence,
     nearest_first,
     options_of,
     scenario_of,
@@ -258,6 +260,41 @@ def test_a_feature_the_engine_runs_on_some_archs_only_gets_cells_of_those_archs(
     assert {c.arch for c in cells if c.features == "fast_attn"} == {"llama", "qwen2"}
     assert not any(c.features == "all" and c.arch in ("mistral", "gemma2") for c in cells)  # all holds it too
     assert {(c.arch, c.dtype, c.workload) for c in cells} == set(itertools.product(m.arch, m.dtype, m.workload))
+
+
+def test_cells_the_engine_does_not_run_are_left_out_before_the_covering_with_their_reasons():
+    """An engine that runs three archs in two dtypes, one of them without its sliding window: no cell
+    of another arch or dtype, none of the windowless arch past its window, and what is left still has
+    every pair of its values in some cell (left out before the covering, not cut from it after)."""
+    scope = Scope("cengine", ("float32", "float16"), ("llama", "qwen2", "mistral"), ("mistral",))
+    m = default_matrix(FEATURES)
+    cells = m.cells(None, FEATURES, scope)
+    assert {c.arch for c in cells} == {"llama", "qwen2", "mistral"} and {c.dtype for c in cells} == {
+        "float16",
+        "float32",
+    }
+    window = 32  # the mistral preset's
+    assert (
+        longest_sequence(WORKLOADS["long"](window)) > window
+        and longest_sequence(WORKLOADS["sampled"](window)) <= window
+    )
+    assert {c.workload for c in cells if c.arch == "mistral"} == {"sampled"}
+    kept = [c for c in Matrix(m.arch, m.dtype, m.features, m.workload, strength=len(AXES)).cells(None, FEATURES, scope)]
+    assert _combos(cells, 2) == _combos(kept, 2)
+    assert all(scope.refuses(c) is None for c in cells)
+    reasons = m.left_out(scope)
+    assert any(r.startswith("gemma2: cengine runs llama, qwen2, mistral") for r in reasons)
+    assert any(r.startswith("bfloat16: cengine runs float32, float16") for r in reasons)
+    assert any(r.startswith("mistral x long: sequences past mistral's 32-token sliding window") for r in reasons)
+    assert not any("sampled" in r for r in reasons)
+    assert m.left_out(Scope("any")) == [] and len(m.cells(None, FEATURES, Scope("any"))) == len(m.cells(None, FEATURES))
+    summary = markdown_summary([], [], {}, "cengine", 1.0, reasons)
+    assert "## Left out of the matrix" in summary and f"- {reasons[0]}" in summary
+    assert "Left out" not in markdown_summary([], [], {}, "cengine", 1.0)
+
+
+def test_a_text_prompt_counts_its_bytes_toward_the_longest_sequence():
+    assert longest_sequence([{"prompt": "ab€", "max_tokens": 4}, {"prompt_ids": [1, 2], "max_tokens": 3}]) == 9
 
 
 def test_staggered_workload_holds_a_whole_cached_prompt_and_one_differing_at_a_blocks_last_token():

@@ -116,6 +116,18 @@ CONFIG_AXES = (
         model={"initializer_range": 0.2},
         crossed=("arch", "dtype", "workload"),
     ),
+    # The presets' windows are 32 (mistral, gemma2) and qwen2's is off, as most Qwen2 exports ship it; a
+    # window of 20 puts its edge off every power-of-two boundary, and switches qwen2's on (use_sliding_window,
+    # windowed from layer max_window_layers = 1 up), a path of its own in each release's mask code
+    TriggerAxis(
+        "window_20",
+        {},
+        "a 20-token sliding window; qwen2 with use_sliding_window and max_window_layers 1",
+        "sliding window size",
+        ("window", "sliding"),
+        model={"sliding_window": 20, "by_arch": {"qwen2": {"use_sliding_window": True, "max_window_layers": 1}}},
+        archs=("mistral", "gemma2", "qwen2"),
+    ),
 )
 
 
@@ -147,10 +159,8 @@ class HFEngine:
         return sorted(fields)
 
     def encode_prompts(self, checkpoint: str, texts: list[str]) -> list[list[int]]:
-        """Each text prompt as a run feeds it (prompt_ids, the checkpoint's AutoTokenizer)."""
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(checkpoint)
+        """Each text prompt as a run feeds it (prompt_ids, the checkpoint's tokenizer as the release reads it)."""
+        tok = hf_compat.load_tokenizer(checkpoint)
         return [prompt_ids(Request(prompt=text), tok) for text in texts]
 
     def capabilities(self) -> Capabilities:
@@ -239,7 +249,7 @@ def latest_rows(records: list[TapRecord], lengths: list[int]) -> list[TapRecord]
 
 
 def load_model(checkpoint: str, spec: EngineSpec, device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     kwargs = {k: v for k, v in spec.options.items() if k in LOAD_ONLY}
     kwargs.setdefault("attn_implementation", "eager")
@@ -251,11 +261,7 @@ def load_model(checkpoint: str, spec: EngineSpec, device: str):
         **kwargs,
     )
     model.to(device).eval()
-    try:
-        tok = AutoTokenizer.from_pretrained(checkpoint)
-    except (OSError, ValueError):
-        tok = None
-    return model, tok
+    return model, hf_compat.load_tokenizer(checkpoint)
 
 
 def prompt_ids(req: Request, tok) -> list[int]:

@@ -214,6 +214,32 @@ def dtype_kwarg(dtype) -> dict:
     return {"dtype": dtype} if major() >= 5 else {"torch_dtype": dtype}
 
 
+def load_tokenizer(checkpoint: str):
+    """The checkpoint's tokenizer as this release reads it, or None when it has none. A 5.x checkpoint names
+    its class `TokenizersBackend`, which 4.x releases do not have: they read its tokenizer.json as the fast
+    tokenizer it is, with the special tokens tokenizer_config.json names."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        return AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError):
+        pass
+    folder = Path(checkpoint)
+    if major() >= 5 or not (folder / "tokenizer.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    special = {k: v for k, v in config.items() if k.endswith("_token") and isinstance(v, str)}
+    try:
+        return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), **special)
+    except Exception:  # noqa: BLE001 - an era's `tokenizers` that cannot parse today's file (before 0.20): none
+        return None
+
+
 def check_arch(checkpoint: str) -> None:
     """Fail with one clear line when the release has no class for the checkpoint's model_type."""
     import json

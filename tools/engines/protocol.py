@@ -55,6 +55,12 @@ class Capabilities:
     # does not honour, set to anything but its neutral value, is refused up front (tools.preflight): the
     # reference sampler would apply it and the target not, a divergence that is the adapter's, not a bug's
     sampling_keys: tuple[str, ...] | None = None
+    # model archs (HF model_type) the engine runs; None: every arch the checkpoint factory builds. The sweep
+    # leaves the others out of its matrix (tools.sweep.matrix.Scope) instead of failing cells on them
+    archs: tuple[str, ...] | None = None
+    # archs the engine runs without their sliding window (as plain attention over the whole context): a
+    # sequence past the checkpoint's window is outside what it serves, refused by its run and left out of the sweep
+    unwindowed_archs: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)

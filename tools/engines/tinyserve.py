@@ -183,6 +183,10 @@ CONFIG_AXES = (
             "omit_keys": _LEGACY_ROPE,
             "config_json": {"rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
         },
+        # the only rope computed at run time from the sequence (the others are fixed at load): what an engine
+        # path caches or traces (a compiled graph, a fused kernel's table) can freeze it, so it meets every
+        # feature set in every dtype, float32 included, where an angle wrong by the scaling shows below the noise
+        crossed=("dtype", "features"),
     ),
     TriggerAxis(
         "rope_yarn",

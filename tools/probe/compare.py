@@ -309,12 +309,17 @@ def _describe(tap: str, step: int, stats: list[TapStat]) -> Divergence:
     return Divergence(tap, step, sorted(set(requests)), sorted(positions), sorted(steps), ratio, nonfinite)
 
 
+def layer_key(tap: str) -> str:
+    """The row of the layer table a tap falls in: its layer, or the embed / head tap itself."""
+    layer, name = tapnames.split(tap)
+    return f"layers.{layer}" if layer is not None else name
+
+
 def layer_table(stats: list[TapStat]) -> list[tuple[str, float]]:
     """Max ratio per layer (and for the embed / head taps), in execution order."""
     table: dict[str, float] = {}
     for s in sorted(stats, key=lambda s: tapnames.order_key(s.tap)):
-        layer, name = tapnames.split(s.tap)
-        key = f"layers.{layer}" if layer is not None else name
+        key = layer_key(s.tap)
         table[key] = max(table.get(key, 0.0), s.max_ratio)
     return list(table.items())
 

@@ -363,11 +363,16 @@ def _literal(v: str):
 def render_table(result: ProbeResult) -> str:
     from tools.probe import compare
 
+    diverging = {compare.layer_key(s.tap) for s in result.stats if s.diverges}
+
+    def mark(name: str, ratio: float) -> str:
+        if ratio <= compare.THRESHOLD:
+            return ""
+        # rows over the threshold that are a few noise outliers (compare.mark_outliers) are not a divergence
+        return "  <-- diverges" if name in diverging else "  (a few outlier rows: noise, not a divergence)"
+
     lines = [f"{'where':<16}{'max ratio':>12}", "-" * 28]
-    lines += [
-        f"{name:<16}{ratio:>12.3g}" + ("  <-- diverges" if ratio > compare.THRESHOLD else "")
-        for name, ratio in result.layers
-    ]
+    lines += [f"{name:<16}{ratio:>12.3g}" + mark(name, ratio) for name, ratio in result.layers]
     lines.append("")
     lines.append(result.summary)
     if result.first:

@@ -203,6 +203,49 @@ class ConfigVariant:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """What the engine under test runs, as its adapter's Capabilities declare it: a cell outside is
+    left out of the sweep (with its reason, `agent.check` logs and reports it), never run into an
+    adapter's refusal that would read as a failing cell. `archs` None: every arch; `unwindowed`: archs
+    the engine runs without their sliding window, so sequences past the window are not its to serve."""
+
+    engine: str
+    dtypes: tuple[str, ...] = TARGET_DTYPES
+    archs: tuple[str, ...] | None = None
+    unwindowed: tuple[str, ...] = ()
+
+    def refuses(self, cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> str | None:
+        """Why the engine does not run the cell (None: it does)."""
+        if self.archs is not None and cell.arch not in self.archs:
+            return f"{cell.arch}: {self.engine} runs {', '.join(self.archs)} checkpoints only"
+        if cell.dtype not in self.dtypes:
+            return f"{cell.dtype}: {self.engine} runs {', '.join(self.dtypes)} only"
+        window = cell_window(cell, variants)
+        if cell.arch in self.unwindowed and window and longest_sequence(WORKLOADS[cell.workload](window)) > window:
+            return (
+                f"{cell.arch} x {cell.workload}: sequences past {cell.arch}'s {window}-token sliding window, "
+                f"which {self.engine} does not implement"
+            )
+        return None
+
+
+def cell_window(cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> int | None:
+    """The sliding window of the cell's checkpoint: its config variant's, else its arch preset's."""
+    variant = (variants or {}).get(cell.config)
+    keys = variant.model_for(cell.arch) if variant else {}
+    return keys.get("sliding_window", TINY_PRESETS[cell.arch].get("sliding_window"))
+
+
+def longest_sequence(requests: list[dict]) -> int:
+    """The most tokens one request of a workload holds (prompt + generated); a text prompt counts
+    its UTF-8 bytes, an upper bound on its tokens under a byte-level tokenizer."""
+    return max(
+        (len(r["prompt_ids"]) if "prompt_ids" in r else len(r["prompt"].encode())) + r.get("max_tokens", 16)
+        for r in requests
+    )
+
+
+@dataclass(frozen=True)
 class Matrix:
     arch: tuple[str, ...]
     dtype: tuple[str, ...]
@@ -212,23 +255,37 @@ class Matrix:
     strength: int = DEFAULT_STRENGTH  # t: the cells cover every t values of t axes; len(AXES) = full product
 
     def cells(
-        self, variants: dict[str, ConfigVariant] | None = None, declared: dict[str, Feature] | None = None
+        self,
+        variants: dict[str, ConfigVariant] | None = None,
+        declared: dict[str, Feature] | None = None,
+        scope: Scope | None = None,
     ) -> list[Cell]:
         """The covering array of the other axes, each cell then given the config variant that
         meets the most (variant, value) pairs not met yet, plus copies for pairs still missing;
-        only variants that fit the cell's arch (`variants`: the adapter's; others fit every arch), and
-        only feature sets the engine runs on the arch (`declared`: the adapter's features)."""
+        only variants that fit the cell's arch (`variants`: the adapter's; others fit every arch),
+        only feature sets the engine runs on the arch (`declared`: the adapter's features), and only
+        cells the engine runs (`scope`), left out before the covering so what is left stays covered."""
         variants = variants or {}
 
         def fits(config: str, arch: str) -> bool:
             return config not in variants or variants[config].fits(arch)
 
+        def runs(cell: Cell) -> bool:
+            return scope is None or scope.refuses(cell, variants) is None
+
         product = itertools.product(self.arch, self.dtype, self.features, self.workload)
-        base = [c for c in (Cell(*values) for values in product) if features_fit(c, declared or {})]
+        base = [c for c in (Cell(*values) for values in product) if features_fit(c, declared or {}) and runs(c)]
         if self.strength >= len(AXES):
-            return [replace(c, config=k) for c in base for k in self.config if fits(k, c.arch)]
+            return [c for c in (replace(c, config=k) for c in base for k in self.config if fits(k, c.arch)) if runs(c)]
         crossed = {k: v.crossed for k, v in variants.items()}
-        return with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits, crossed)
+        cells = with_configs(covering(base, min(self.strength, len(AXES) - 1)), self.config, fits, crossed)
+        return [c for c in cells if runs(c)]  # a variant's own window can put a cell out of scope
+
+    def left_out(self, scope: Scope, variants: dict[str, ConfigVariant] | None = None) -> list[str]:
+        """Why parts of the matrix are not swept: one line per reason, in axis order."""
+        product = itertools.product(self.arch, self.dtype, ("none",), self.workload, self.config)
+        reasons = (scope.refuses(Cell(*values), variants) for values in product)
+        return list(dict.fromkeys(r for r in reasons if r))
 
 
 def features_fit(cell: Cell, declared: dict[str, Feature]) -> bool:

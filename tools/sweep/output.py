@@ -38,10 +38,15 @@ def junit_xml(results: list[CellResult], suite: str, engine: str) -> str:
 
 
 def markdown_summary(
-    results: list[CellResult], groups: list[Group], minimized: dict[str, dict], engine: str, wall_s: float
+    results: list[CellResult],
+    groups: list[Group],
+    minimized: dict[str, dict],
+    engine: str,
+    wall_s: float,
+    left_out: list[str] | None = None,
 ) -> str:
     """What ran, what diverged (by group, with the minimal scenario and the diagnosis), what was
-    skipped and why."""
+    skipped and why, and what the matrix left out because the engine does not run it."""
     n = {s: sum(r.status == s for r in results) for s in ("agree", "diverge", "error", "skipped")}
     lines = [
         f"# diffdx check: {engine}",
@@ -91,4 +96,7 @@ def markdown_summary(
             ", ".join(f"`{r.cell.id}`" for r in skipped),
             "",
         ]
+    if left_out:
+        lines += ["## Left out of the matrix", "", f"Not what {engine} runs (its adapter says so):", ""]
+        lines += [f"- {reason}" for reason in left_out] + [""]
     return "\n".join(lines)

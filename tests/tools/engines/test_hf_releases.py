@@ -107,6 +107,18 @@ def test_oldest_release_loads_the_factory_checkpoint_and_agrees(release_tree):
     check_cell(tree, "4.36.2", "llama")
 
 
+def test_an_old_release_reads_the_factory_tokenizer_for_a_text_prompt(release_tree):
+    """The factory writes its tokenizer as 5.x does (class `TokenizersBackend`, which 4.x lacks); a 4.x release
+    reads its tokenizer.json as a fast tokenizer, so a text prompt (the sweep's staggered workload has one) runs
+    and agrees instead of failing the cell (from the releases whose `tokenizers` parses today's file, 0.20 on)."""
+    sc = greedy_scenario("llama")
+    sc["workload"]["requests"][1] = {"prompt": "Grüße, 東京の夜 🙂", "max_tokens": 4, "sampling": {"ignore_eos": True}}
+    result = Prober().probe(from_dict(sc), release_tree("4.48.3"))
+    assert result.target.meta["source"].startswith(str(release_tree("4.48.3")))
+    assert not result.diverged, result.summary
+    assert len(result.target.outputs[1].prompt_ids) > 4
+
+
 def test_release_without_the_arch_is_an_engine_error(release_tree):
     with pytest.raises(EngineRunError, match=r"transformers 4.36.2 has no 'gemma2' architecture") as e:
         Prober().probe(from_dict(greedy_scenario("gemma2")), release_tree("4.36.2"))

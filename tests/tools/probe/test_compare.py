@@ -247,3 +247,20 @@ def test_a_row_far_out_or_not_finite_is_no_outlier():
     r = torch.tensor(quiet[:3] + [5.0] + quiet[4:], dtype=torch.float64)
     nan = compare.mark_outliers([compare.summarize("layers.2.mlp.act", 0, list(range(40)), [0] * 40, r, True)])
     assert nan[0].diverges
+
+
+def test_the_layer_table_marks_only_real_divergences_and_names_noise_outliers_as_such():
+    """A layer whose only rows over the threshold are a few noise outliers is not flagged '<-- diverges' next
+    to an "agree" verdict; a layer holding a divergent tap is."""
+    from tools.probe.compare import TapStat, layer_table
+    from tools.probe.prober import ProbeResult, render_table
+
+    noisy = TapStat("layers.2.mlp.act", 0, 64, 6.3, 0, (range(37, 38),), (range(0, 1),), outliers=True)
+    real = TapStat("layers.3.attn.out", 0, 64, 40.0, 0, (range(5, 9),), (range(0, 1),))
+    quiet = TapStat("layers.1.attn.out", 0, 64, 1.2, 0, (), ())
+    stats = [quiet, noisy, real]
+    table = render_table(ProbeResult("bfloat16", None, {}, layer_table(stats), [], 3, stats=stats))
+    rows = {line.split()[0]: line for line in table.splitlines() if line.startswith("layers.")}
+    assert "diverges" not in rows["layers.1"] and "outlier" not in rows["layers.1"]
+    assert "a few outlier rows: noise, not a divergence" in rows["layers.2"] and "<--" not in rows["layers.2"]
+    assert rows["layers.3"].endswith("<-- diverges")

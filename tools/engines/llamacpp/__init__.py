@@ -44,6 +44,21 @@ FLASH_ATTN = {False: 0, True: 1}  # LLAMA_FLASH_ATTN_TYPE_DISABLED / _ENABLED
 LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR: quieter levels are dropped from the worker's log
 
 
+# Checkpoint config variants (the sweep's config axis): an FFN width that is no multiple of a SIMD register's
+# lanes (100: not of 8, 16 or 32 floats), so every vectorized loop over it (the FFN activation, the down
+# projection's dot products) ends in its scalar tail; the presets' widths are powers of two and never reach
+# one. Rows of 100 do not split into quant blocks, so the down projection stays F32 under q4_0 / q8_0.
+CONFIG_AXES = (
+    TriggerAxis(
+        "odd_widths",
+        {},
+        "an FFN width of 100 (intermediate_size): no multiple of a SIMD register's lanes, vector loops run their tails",
+        "odd tensor widths",
+        ("intermediate size", "intermediate_size", "odd shape", "odd size", "not a multiple", "tail"),
+        model={"intermediate_size": 100},
+    ),
+)
+
 # Features that hide bugs until they are on, cheapest first (tools/reproduce.py switches them on).
 TRIGGER_AXES = (
     TriggerAxis(
@@ -123,6 +138,7 @@ class LlamaCppEngine:
     package = ""  # the tree under test is a C++ source tree, built by build.py, not an importable package
 
     def capabilities(self) -> Capabilities:
+        from tools.engines.llamacpp.gguf_convert import ARCHS, NO_SLIDING_WINDOW
         from tools.engines.llamacpp.taps import TAPS
 
         return Capabilities(
@@ -130,10 +146,13 @@ class LlamaCppEngine:
             teacher_forcing=True,
             dtypes=DTYPES,
             trigger_axes=TRIGGER_AXES,
+            config_axes=CONFIG_AXES,
             package=self.package,
             accepted_options=OPTIONS,
             op_checks=True,  # no native twins: the kernel drill-down judges each ggml op (opcheck.py)
             sampling_keys=HONOURED_SAMPLING,
+            archs=tuple(ARCHS),
+            unwindowed_archs=NO_SLIDING_WINDOW,
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:
