@@ -69,9 +69,10 @@ from tools.scenario import load
 a = json.loads(sys.argv[1])
 sc = smollm2_scenario(a["requests"], a["tokens"]) if a["smollm2"] else load(a["scenario"])
 tr = {k: trace_io.load(v, lazy=True) for k, v in a["traces"].items()}
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 verdict = compare_traces(sc, tr["target"], tr["low"], tr["high"]).summary
-print(json.dumps({"compare_s": time.perf_counter() - start, "verdict": verdict}))
+seconds = {"compare_s": time.perf_counter() - start, "compare_cpu_s": time.process_time() - cpu}
+print(json.dumps({**seconds, "verdict": verdict}))
 """
 
 
@@ -91,9 +92,9 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
     old_result, compared = {}, old is not None and taps is None
     if compared and old_first:
         old_result = old_compare(old, traces)
-    comparing = time.perf_counter()
+    comparing, comparing_cpu = time.perf_counter(), time.process_time()
     verdict = compare_traces(scenario, target, low, high).summary if taps is None else None
-    compare_s = time.perf_counter() - comparing
+    compare_s, compare_cpu_s = time.perf_counter() - comparing, time.process_time() - comparing_cpu
     if compared and not old_first:
         old_result = old_compare(old, traces)
     parts: dict[str, float] = {}
@@ -102,9 +103,11 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
             parts[part] = parts.get(part, 0.0) + seconds
         if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
             shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
-    out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "verdict": verdict}
+    out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "compare_cpu_s": compare_cpu_s}
+    out["verdict"] = verdict
     if old_result:
         out |= {"old_total_s": runs_s + old_result["compare_s"], "old_compare_s": old_result["compare_s"]}
+        out["old_compare_cpu_s"] = old_result["compare_cpu_s"]
         out["old_verdict"] = old_result["verdict"]
     return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import shutil
 import struct
@@ -98,8 +99,8 @@ class RecordsBlock(TapBlock):
 
     @property
     def tensor(self) -> torch.Tensor:
-        rows = [rec.tensor.detach().cpu() for _, rec in self.members]
-        return rows[0] if len(rows) == 1 else torch.cat(rows)
+        rows = [rec.tensor for _, rec in self.members]  # detached and on CPU once, after the concatenation
+        return (rows[0] if len(rows) == 1 else torch.cat(rows)).detach().cpu()
 
     @property
     def positions(self) -> torch.Tensor:
@@ -352,9 +353,10 @@ def narrowed(dtype: torch.dtype, widest: torch.dtype | None) -> torch.dtype:
 
 class TensorFile:
     """The tensors of a trace's file (`b{i}{suffix}`, tensor 3i + the suffix's index in BLOCK_TENSORS), one
-    at a time by plain reads. Not `safe_open`: it maps the file, and every page a read touches stays
-    resident in the process, so reading all taps one by one would still end with the whole file in its
-    RSS. What is kept per tensor is compact, and the header is parsed one entry at a time: parsed
+    at a time, each over a mapping of its own bytes that ends with the tensor (`_mapped`; a plain read
+    where its bytes are not aligned for its dtype). Not `safe_open`: it maps the whole file for as long
+    as the file is open, and every page a read touches stays resident in the process, so reading all taps
+    one by one would still end with the whole file in its RSS. What is kept per tensor is compact, and the header is parsed one entry at a time: parsed
     whole, a deep model's header is megabytes of small objects, which the allocator keeps in part."""
 
     def __init__(self, path: Path, count: int):
@@ -377,6 +379,9 @@ class TensorFile:
 
     def get(self, i: int) -> torch.Tensor:
         (dtype, shape), begin, end = self.layout[i], self.spans[2 * i], self.spans[2 * i + 1]
+        start = begin - begin % mmap.ALLOCATIONGRANULARITY
+        if end > begin and (begin - start) % dtype.itemsize == 0:
+            return self._mapped(i, start, begin, end).view(dtype).reshape(shape)
         raw = torch.empty(end - begin, dtype=torch.uint8)
         with open(self.path, "rb") as f:
             f.seek(begin)
@@ -385,6 +390,17 @@ class TensorFile:
             raise ValueError(f"{self.path}: tensor {i} ends past the file ({got} of {end - begin} bytes)")
         _heap.read += end - begin
         return raw.view(dtype).reshape(shape)
+
+    def _mapped(self, i: int, start: int, begin: int, end: int) -> torch.Tensor:
+        """Bytes begin..end of the file as a tensor over a private mapping of them, unmapped when the tensor
+        is freed: the file's cached pages are mapped, not copied into fresh memory (which the heap trims
+        between taps hand back, so a read faulted in and zeroed every page before copying into it)."""
+        with open(self.path, "rb") as f:
+            try:
+                mapped = mmap.mmap(f.fileno(), end - start, offset=start, access=mmap.ACCESS_COPY)
+            except ValueError:  # shorter than its header says
+                raise ValueError(f"{self.path}: tensor {i} ends past the file") from None
+        return torch.frombuffer(mapped, dtype=torch.uint8, count=end - begin, offset=begin - start)
 
 
 def tensor_number(name: str) -> int | None:
