@@ -87,15 +87,13 @@ class TapBlock:
 class RecordsBlock(TapBlock):
     """A block over an adapter's records, before they are saved: its tensors are built on each access."""
 
-    __slots__ = ("members", "layout")
+    __slots__ = ("members", "layout", "rows")
 
     def __init__(self, first: TapRecord):
         self.name, self.request, self.rank = first.name, first.request, first.rank
         self.members: list[tuple[int, TapRecord]] = []
         self.layout = (first.rank, first.tensor.dtype, first.tensor.shape[1:])  # what every member shares
-
-    def takes(self, rec: TapRecord) -> bool:
-        return (rec.rank, rec.tensor.dtype, rec.tensor.shape[1:]) == self.layout
+        self.rows = 0  # of all its members
 
     @property
     def tensor(self) -> torch.Tensor:
@@ -114,8 +112,9 @@ class RecordsBlock(TapBlock):
         return list(self.members)
 
     def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-        x, rows = self.members[0][1].tensor, sum(len(rec.positions) for _, rec in self.members)
-        return [(x.dtype, (rows, *x.shape[1:])), (torch.int64, (rows,)), (torch.int64, (len(self.members), 3))]
+        _, dtype, features = self.layout
+        rows = self.rows
+        return [(dtype, (rows, *features)), (torch.int64, (rows,)), (torch.int64, (len(self.members), 3))]
 
 
 class FileBlock(TapBlock):
@@ -150,18 +149,20 @@ def group_records(records: list[TapRecord], names: Collection[str] | None = None
     """Records -> blocks (`names`: only these taps'), in the order of their first record; no tensor is copied."""
     blocks: list[TapBlock] = []
     open_blocks: dict[tuple[str, int], RecordsBlock] = {}
-    for number, rec in enumerate(records):
+    for number, rec in enumerate(records):  # a deep model's trace has ~1e5 records: each lookup done once
         if names is not None and rec.name not in names:
             continue
-        if rec.tensor.shape[0] != len(rec.positions):
-            raise ValueError(
-                f"tap {rec.name} step {rec.step}: {rec.tensor.shape[0]} rows, {len(rec.positions)} positions"
-            )
-        block = open_blocks.get((rec.name, rec.request))
-        if block is None or not block.takes(rec):
-            block = open_blocks[(rec.name, rec.request)] = RecordsBlock(rec)
+        tensor, rows = rec.tensor, len(rec.positions)
+        shape = tensor.shape
+        if shape[0] != rows:
+            raise ValueError(f"tap {rec.name} step {rec.step}: {shape[0]} rows, {rows} positions")
+        key = (rec.name, rec.request)
+        block = open_blocks.get(key)
+        if block is None or block.layout != (rec.rank, tensor.dtype, shape[1:]):
+            block = open_blocks[key] = RecordsBlock(rec)
             blocks.append(block)
         block.members.append((number, rec))
+        block.rows += rows
     return blocks
 
 
