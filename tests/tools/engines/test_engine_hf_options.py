@@ -229,6 +229,22 @@ def test_rows_from_rejected_drafts_are_dropped():
     assert kept[1].tensor.tolist() == [[1.0, 1.0]]
 
 
+def test_rows_computed_once_are_cut_at_the_lengths_alone():
+    """Without recomputed positions (plain generate, teacher forcing) the shortcut keeps what the full
+    dedup keeps: every record below its request's length, cut where it crosses it, dropped past it."""
+    rec = lambda step, r, pos: TapRecord("layers.0.out", step, r, pos, torch.full((len(pos), 2), float(step)))
+    records = [rec(0, 0, [0, 1, 2]), rec(0, 1, [0, 1]), rec(1, 0, [3]), rec(1, 1, [2, 3]), rec(2, 1, [4])]
+    fast, full = latest_rows(records, [4, 3], recomputed=False), latest_rows(records, [4, 3])
+    assert [(r.step, r.request, r.positions) for r in fast] == [(r.step, r.request, r.positions) for r in full]
+    assert [(r.step, r.request, r.positions) for r in fast] == [
+        (0, 0, [0, 1, 2]),
+        (0, 1, [0, 1]),
+        (1, 0, [3]),
+        (1, 1, [2]),
+    ]
+    assert all(torch.equal(a.tensor, b.tensor) for a, b in zip(fast, full, strict=True))
+
+
 def test_top_k_minus_one_is_off_as_zero_is():
     """-1 is how OpenAI / vLLM clients switch top-k off (the sweep's sampled workload writes it); generate()
     refuses a negative top_k, so the adapter passes 0, its own off."""

@@ -56,6 +56,26 @@ def test_records_come_back_from_blocks_exactly(tmp_path, lazy):
         assert back.blocks()[0].tensor is not back.blocks()[0].tensor
 
 
+def test_a_read_tensor_is_the_reader_s_own(tmp_path):
+    """Tensors are read over a private mapping of the file (a plain read where the bytes are not aligned
+    for the dtype): writable, and what is written to them reaches neither the file nor the next read;
+    a file shorter than its header says is refused, whichever way a tensor is read."""
+    records = mixed_records()
+    trace_io.save(Trace("e", "float32", [], records), tmp_path)
+    blocks = trace_io.load(tmp_path, lazy=True).blocks()
+    for block in blocks:
+        x = block.tensor
+        if x.numel() and x.dtype.is_floating_point:
+            x.fill_(7.0)
+            assert not torch.equal(block.tensor, x)
+    assert as_fields(trace_io.load(tmp_path).records) == as_fields(records)
+    path = tmp_path / "taps.safetensors"
+    path.write_bytes(path.read_bytes()[:-8])
+    cut = trace_io.load(tmp_path, lazy=True).blocks()
+    with pytest.raises(ValueError, match="past the file"):
+        [b.table for b in cut]
+
+
 def row_by_row(records: list[TapRecord]) -> dict:
     """The regrouping the compare did per record before blocks (the reference the block version must equal)."""
     slots: dict[tuple, dict[int, tuple]] = {}
