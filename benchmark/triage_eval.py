@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -189,18 +190,17 @@ def out_of_fold_report(issues: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# Tracker families for the leave-one-family-out estimate: vLLM and what is built on or around it, the llama.cpp
-# family (its bindings, servers and apps named after it), everything else.
+# Tracker families for the leave-one-family-out estimate, by repository name: vLLM and what is built on or around it,
+# the llama.cpp family (its bindings, servers and apps named after it), everything else.
 FAMILIES = {
-    "vllm": ("vllm",),
-    "llama.cpp": ("llama.cpp", "llama-cpp", "llama_cpp", "ollama", "koboldcpp", "llamafile", "llama.rn", "llamasharp"),
+    "vllm": re.compile(r"vllm", re.I),
+    "llama.cpp family": re.compile(r"llama[.\-_]cpp|ollama|koboldcpp|llamafile|llama\.rn|llamasharp", re.I),
 }
 
 
 def family_of(repo: str) -> str:
-    """'vllm-project/vllm-ascend' -> 'vllm', 'ollama/ollama' -> 'llama.cpp', anything else -> 'else'. Pure."""
-    name = repo.lower()
-    return next((f for f, keys in FAMILIES.items() if any(k in name for k in keys)), "else")
+    """'vllm-project/vllm-ascend' -> 'vllm', 'ollama/ollama' -> 'llama.cpp family', anything else -> 'else'. Pure."""
+    return next((f for f, rx in FAMILIES.items() if rx.search(repo)), "else")
 
 
 def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str, ...]) -> str:

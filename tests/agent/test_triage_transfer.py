@@ -48,8 +48,8 @@ def test_collection_weights_equalise_collections_then_balance_classes():
 
 
 def test_family_of_tracker():
-    assert family_of("vllm-project/vllm-ascend") == "vllm" and family_of("ollama/ollama") == "llama.cpp"
-    assert family_of("abetlen/llama-cpp-python") == "llama.cpp" and family_of("mudler/LocalAI") == "else"
+    assert family_of("vllm-project/vllm-ascend") == "vllm" and family_of("ollama/ollama") == "llama.cpp family"
+    assert family_of("abetlen/llama-cpp-python") == "llama.cpp family" and family_of("mudler/LocalAI") == "else"
 
 
 @pytest.fixture(scope="module")
