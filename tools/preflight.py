@@ -406,7 +406,12 @@ def check_served(scenario: Scenario, source: Path | None, config: dict, count_te
         return
     engine = scenario.target.engine
     if caps.archs is not None and arch not in caps.archs:
-        raise BadInput(f"[model] {engine} runs {', '.join(caps.archs)} models, not {arch}")
+        runs = (
+            f"runs {', '.join(caps.archs)} models, not {arch}"
+            if len(caps.archs) <= 8
+            else f"has no {arch} architecture"
+        )
+        raise BadInput(f"[model] {engine} (the tree under test) {runs}")
     window = config.get("sliding_window")
     if arch not in caps.unwindowed_archs or not isinstance(window, int) or window <= 0:
         return

@@ -176,6 +176,7 @@ class HFEngine:
             sampling_keys=HONOURED_SAMPLING,
             trigger_axes=TRIGGER_AXES,
             config_axes=CONFIG_AXES,
+            archs=hf_compat.release_archs(),  # an old release lacks the newer archs (4.38 has no gemma2)
         )
 
     def check_options(self, spec: EngineSpec, device: str = "cpu") -> None:

@@ -240,6 +240,13 @@ def load_tokenizer(checkpoint: str):
         return None
 
 
+def release_archs() -> tuple[str, ...]:
+    """The model types (HF `model_type`) this release has a class for."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return tuple(sorted(CONFIG_MAPPING_NAMES))
+
+
 def check_arch(checkpoint: str) -> None:
     """Fail with one clear line when the release has no class for the checkpoint's model_type."""
     import json

@@ -217,7 +217,7 @@ class Scope:
     def refuses(self, cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> str | None:
         """Why the engine does not run the cell (None: it does)."""
         if self.archs is not None and cell.arch not in self.archs:
-            return f"{cell.arch}: {self.engine} runs {', '.join(self.archs)} checkpoints only"
+            return f"{cell.arch}: {self.engine} {runs_only(self.archs, cell.arch)}"
         if cell.dtype not in self.dtypes:
             return f"{cell.dtype}: {self.engine} runs {', '.join(self.dtypes)} only"
         window = cell_window(cell, variants)
@@ -227,6 +227,11 @@ class Scope:
                 f"which {self.engine} does not implement"
             )
         return None
+
+
+def runs_only(archs: tuple[str, ...], arch: str) -> str:
+    """What to say of an arch the engine does not run: the ones it does, when they are few."""
+    return f"runs {', '.join(archs)} checkpoints only" if len(archs) <= 8 else f"has no {arch} architecture"
 
 
 def cell_window(cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> int | None:

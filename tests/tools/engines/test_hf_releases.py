@@ -125,6 +125,26 @@ def test_release_without_the_arch_is_an_engine_error(release_tree):
     assert e.value.kind == "crash"  # what the bisection counts as a skip
 
 
+def test_an_arch_the_release_lacks_is_refused_up_front_and_left_out_of_its_sweep(release_tree):
+    """The adapter declares the release's own archs: preflight refuses gemma2 on 4.36.2 in one line (exit 2, not
+    an engine failure), and the sweep's matrix leaves its gemma2 cells out with the reason."""
+    from tools.errors import BadInput
+    from tools.preflight import preflight
+    from tools.scenario import EngineSpec
+    from tools.sweep.matrix import Scope, default_matrix
+
+    tree = release_tree("4.36.2")
+    with pytest.raises(BadInput, match=r"\[model\] transformers \(the tree under test\) has no gemma2 architecture"):
+        preflight(from_dict(greedy_scenario("gemma2")), tree)
+    from agent.check import declared_axes
+
+    features, variants, _, _, scope = declared_axes(EngineSpec(engine="transformers"), tree)
+    assert isinstance(scope, Scope) and "llama" in (scope.archs or ()) and "gemma2" not in (scope.archs or ())
+    matrix = default_matrix(features, variants)
+    assert not any(c.arch == "gemma2" for c in matrix.cells(variants, features, scope))
+    assert "gemma2: transformers has no gemma2 architecture" in matrix.left_out(scope, variants)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", RELEASES)
 @pytest.mark.parametrize("arch", ARCHS)
