@@ -24,19 +24,23 @@ def axes():
 
 
 def test_the_adapter_declares_sdpa_yarn_and_trained_scale(axes):
-    features, variants, _, sampling_keys = axes
+    features, variants, _, sampling_keys, scope = axes
     assert features["sdpa"].options == {"attn_implementation": "sdpa"}
     yarn = variants["rope_yarn"].model["rope_scaling"]
     # a pretraining length below every preset's max_position_embeddings: reading the one for the other shows
     assert all(yarn["original_max_position_embeddings"] < p["max_position_embeddings"] for p in TINY_PRESETS.values())
     assert variants["trained_scale"].model == {"initializer_range": 0.2}
     assert sampling_keys == HFEngine().capabilities().sampling_keys
+    # qwen2 with its window switched on, mistral and gemma2 at a window off every power of two
+    assert variants["window_20"].archs == ("mistral", "gemma2", "qwen2")
+    assert variants["window_20"].model_for("qwen2")["use_sliding_window"] is True
+    assert {"llama", "qwen2", "mistral", "gemma2"} <= set(scope.archs or ())  # the installed release runs them all
 
 
 def test_trained_scale_meets_every_arch_precision_and_prompt_shape(axes):
     """A rounding in one arch's own modeling code shows in one precision at a long prompt's positions:
     every (arch, dtype, workload) triple holds a trained-scale cell; the other variants keep their pairs."""
-    features, variants, _, _ = axes
+    features, variants, _, _, _ = axes
     m = default_matrix(features, variants)
     cells = m.cells(variants, features)
     met = {(c.arch, c.dtype, c.workload) for c in cells if c.config == "trained_scale"}
@@ -52,7 +56,7 @@ def test_trained_scale_meets_every_arch_precision_and_prompt_shape(axes):
 def test_an_sdpa_cell_batches_prompts_of_different_lengths_with_equal_settings(axes):
     """transformers batches requests with equal sampling and length (left-padded): the long and the
     staggered workloads give SDPA a padded batch."""
-    features, variants, _, keys = axes
+    features, variants, _, keys, _ = axes
     for workload in ("long", "staggered"):
         sc = scenario_of(Cell("llama", "float32", "sdpa", workload), TARGET, features, REFERENCE, variants, keys)
         assert sc.target.options["attn_implementation"] == "sdpa"
@@ -74,7 +78,7 @@ def test_an_sdpa_cell_batches_prompts_of_different_lengths_with_equal_settings(a
     ids=lambda c: c.id,
 )
 def test_the_new_cells_agree_on_the_installed_transformers(axes, cell):
-    features, variants, _, keys = axes
+    features, variants, _, keys, _ = axes
     sc = scenario_of(cell, TARGET, features, REFERENCE, variants, keys)
     result = Prober().probe(sc, None)
     assert not result.diverged, result.summary
