@@ -31,7 +31,6 @@ from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario, load, unhonoured_sampling
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
 from tools.sweep.matrix import (
-    TARGET_DTYPES,
     WORKLOADS,
     Cell,
     ConfigVariant,
@@ -61,12 +60,7 @@ def declared_axes(spec: EngineSpec, source: Path | None):
         axis.name: ConfigVariant(dict(axis.model), tuple(axis.archs), dict(axis.options), *_crossed(axis))
         for axis in caps.config_axes
     }
-    scope = Scope(
-        spec.engine,
-        tuple(d for d in TARGET_DTYPES if d in caps.dtypes),
-        caps.archs,
-        tuple(caps.unwindowed_archs),
-    )
+    scope = Scope(spec.engine, caps)
     return features, variants, caps.canonical_options, caps.sampling_keys, scope
 
 
@@ -272,20 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         check_engine(args.reference)
     out = writable_dir(args.out)
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    results, groups, wall = check(args, source, out, Prober(), log)
+    results, groups, wall, left_out = check(args, source, out, Prober(), log)
     print(
         f"{len(results)} cells: {sum(r.status == 'agree' for r in results)} agree, "
         f"{sum(r.status == 'diverge' for r in results)} diverge in {len(groups)} groups, "
         f"{sum(r.status == 'error' for r in results)} errored, {sum(r.status == 'skipped' for r in results)} skipped "
-        f"({wall:.0f} s); {out / 'summary.md'}"
+        f"({wall:.0f} s)"
+        + (f"; {len(left_out)} parts of the matrix left out, not what {args.spec.engine} runs" if left_out else "")
+        + f"; {out / 'summary.md'}"
     )
     return DIVERGED if any(r.status in ("diverge", "error") for r in results) else AGREE
 
 
 def check(
     args, source: Path | None, out: Path, prober: Prober, log, stops: StopRule | None = None
-) -> tuple[list[CellResult], list[Group], float]:
-    """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`.
+) -> tuple[list[CellResult], list[Group], float, list[str]]:
+    """Sweep the matrix, group and follow up the divergent cells, write the outputs to `out`; -> the cells'
+    results, the groups, the wall seconds, and why parts of the matrix were left out.
     `prober` may be shared by several checks (benchmark.check_cases): its reference runs are reused;
     `stops`: with --fail-fast, which failing cell ends the sweep (default: any)."""
     declared, variants, canonical, sampling_keys, scope = declared_axes(args.spec, source)
@@ -324,7 +321,7 @@ def check(
     (out / "results.json").write_text(
         json.dumps(results_json(results, groups, followed, wall, left_out), indent=2) + "\n"
     )
-    return results, groups, wall
+    return results, groups, wall, left_out
 
 
 def results_json(

@@ -83,7 +83,7 @@ def error_rule(prober, clean: Callable[[], Path | None], row: dict):
             except EngineRunError as e:
                 why = f"the tree before the bug fails there too ({str(e).splitlines()[0][:120]})"
         if why:
-            row.setdefault("errors_not_counted", []).append(f"{result.cell.id}: {why}")
+            row.setdefault("errors_not_counted", []).append({"cell": result.cell.id, "why": why})
         return not why
 
     return stops
@@ -116,7 +116,7 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
             argv += ["--prefer", str(Path(tmp) / "repro.toml")]
         row: dict = {"case": case.id, "subject": case.subject, "tree": how}
         try:
-            results, _, _ = check(
+            results, _, _, _ = check(
                 check_args(argv),
                 tree,
                 writable_dir(out / case.id),
@@ -126,7 +126,7 @@ def sweep_case(case: Case, out: Path, args, prober) -> dict:
             )
         except (BadInput, EngineRunError) as e:  # the tree cannot be swept at all (its capabilities fail)
             results, row["error"] = [], str(e).splitlines()[0][:300]
-    uncounted = {line.split(":")[0] for line in row.get("errors_not_counted", [])}
+    uncounted = {e["cell"] for e in row.get("errors_not_counted", [])}
     failing = [r for r in results if r.status == "diverge" or (r.status == "error" and r.cell.id not in uncounted)]
     row.update(
         verdict="caught" if failing else "missed",

@@ -43,14 +43,17 @@ def sweep_release(version: str, args, prober) -> dict:
             argv += ["--matrix", str(args.matrix)] if args.matrix else []
             argv += ["--budget-min", str(args.budget_min)] if args.budget_min else []
             argv += ["--reference", args.reference] if args.reference else []
-            results, _, _ = check(check_args(argv), Path(tmp), out, prober, lambda m: args.log(f"{version} {m}"))
+            results, _, _, left_out = check(
+                check_args(argv), Path(tmp), out, prober, lambda m: args.log(f"{version} {m}")
+            )
         except (ReleaseError, BadInput, EngineRunError) as e:
             row["not_swept"] = str(e).splitlines()[0][:300]
-            results = []
+            results, left_out = [], []
     counts = {s: sum(r.status == s for r in results) for s in ("agree", "diverge", "error", "skipped")}
     groups = json.loads((out / "results.json").read_text())["groups"] if results else []
     row.update(seconds=round(time.monotonic() - start, 1), **counts, groups=groups)
     row["errored_cells"] = [{"cell": r.cell.id, "why": r.summary} for r in results if r.status == "error"]
+    row["left_out"] = left_out  # what the release does not run (an arch it predates): not cells, not findings
     return row
 
 
@@ -61,6 +64,7 @@ def line(row: dict) -> str:
     return (
         f"{row['version']:<10} {row['agree'] + row['diverge'] + row['error']} cells: {row['diverge']} diverge, "
         f"{row['error']} errored ({row['seconds']:.0f} s)  {taps}"
+        + (f"  [left out: {'; '.join(row['left_out'])}]" if row.get("left_out") else "")
     )
 
 

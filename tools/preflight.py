@@ -405,22 +405,18 @@ def check_served(scenario: Scenario, source: Path | None, config: dict, count_te
     if caps is None or not isinstance(arch, str):
         return
     engine = scenario.target.engine
-    if caps.archs is not None and arch not in caps.archs:
-        runs = (
-            f"runs {', '.join(caps.archs)} models, not {arch}"
-            if len(caps.archs) <= 8
-            else f"has no {arch} architecture"
-        )
-        raise BadInput(f"[model] {engine} (the tree under test) {runs}")
+    refusal = caps.arch_refusal(engine, arch)
+    if refusal:
+        raise BadInput(f"[model] {refusal} (the tree under test)")
     window = config.get("sliding_window")
-    if arch not in caps.unwindowed_archs or not isinstance(window, int) or window <= 0:
-        return
     for i, req in enumerate(scenario.requests):
         prompt = len(req.prompt_ids) if req.prompt_ids is not None else (count_text(req.prompt) if count_text else 1)
-        if prompt + req.max_tokens > window:
+        refusal = caps.window_refusal(
+            engine, arch, window if isinstance(window, int) else None, prompt + req.max_tokens
+        )
+        if refusal:
             raise BadInput(
-                f"request {i}: {prompt + req.max_tokens} tokens (prompt + max_tokens) pass {arch}'s {window}-token "
-                f"sliding window, which {engine} does not implement (it attends to the whole context): its output "
+                f"request {i} (prompt + max_tokens): {refusal} (it attends to the whole context), so its output "
                 f"would differ from the reference for that reason alone; keep each request within {window} tokens"
             )
 

@@ -144,6 +144,7 @@ def test_llama_cpp_sweep_leaves_out_what_the_engine_does_not_run_and_says_so(tmp
     ]
     assert {c["status"] for c in results["cells"]} == {"agree"}
     left = " | ".join(results["left_out"])
-    assert "gemma2: llama.cpp runs" in left and "bfloat16: llama.cpp runs float32, float16" in left
-    assert "mistral x long: sequences past mistral's 32-token sliding window" in left
+    assert "gemma2: llama.cpp runs llama, mistral, qwen2 models only" in left
+    assert "bfloat16: llama.cpp runs float32, float16 only" in left
+    assert "mistral x long: 122 tokens pass mistral's 32-token sliding window" in left
     assert "## Left out of the matrix" in (out / "summary.md").read_text()

@@ -95,9 +95,10 @@ def test_an_errored_cell_is_a_catch_only_where_the_tree_before_the_bug_runs_it(t
     assert stops(errored, plain) is True and "errors_not_counted" not in row
     assert stops(errored, refused) is False
     (note,) = row["errors_not_counted"]
-    assert note.startswith(f"{errored.cell.id}: the tree before the bug fails there too (") and "no_such" in note
+    assert note["cell"] == errored.cell.id
+    assert note["why"].startswith("the tree before the bug fails there too (") and "no_such" in note["why"]
     no_history: dict = {}
     assert check_cases.error_rule(prober, lambda: None, no_history)(errored, plain) is False
-    assert "no tree before the bug" in no_history["errors_not_counted"][0]
+    assert "no tree before the bug" in no_history["errors_not_counted"][0]["why"]
     diverged = CellResult(errored.cell, "diverge", 1.0, "at logits")
     assert check_cases.error_rule(prober, lambda: None, {})(diverged, plain) is True

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
+from tools.engines.protocol import Capabilities
 from tools.scenario import EngineSpec, from_dict
 from tools.sweep.group import CellResult, any_layer, group_cells, minimize, reductions
 from tools.sweep.matrix import (
@@ -266,7 +267,10 @@ def test_cells_the_engine_does_not_run_are_left_out_before_the_covering_with_the
     """An engine that runs three archs in two dtypes, one of them without its sliding window: no cell
     of another arch or dtype, none of the windowless arch past its window, and what is left still has
     every pair of its values in some cell (left out before the covering, not cut from it after)."""
-    scope = Scope("cengine", ("float32", "float16"), ("llama", "qwen2", "mistral"), ("mistral",))
+    caps = Capabilities(
+        taps=(), dtypes=("float32", "float16"), archs=("llama", "qwen2", "mistral"), unwindowed_archs=("mistral",)
+    )
+    scope = Scope("cengine", caps)
     m = default_matrix(FEATURES)
     cells = m.cells(None, FEATURES, scope)
     assert {c.arch for c in cells} == {"llama", "qwen2", "mistral"} and {c.dtype for c in cells} == {
@@ -283,11 +287,16 @@ def test_cells_the_engine_does_not_run_are_left_out_before_the_covering_with_the
     assert _combos(cells, 2) == _combos(kept, 2)
     assert all(scope.refuses(c) is None for c in cells)
     reasons = m.left_out(scope)
-    assert any(r.startswith("gemma2: cengine runs llama, qwen2, mistral") for r in reasons)
+    assert "gemma2: cengine runs llama, qwen2, mistral models only, not gemma2" in reasons
     assert any(r.startswith("bfloat16: cengine runs float32, float16") for r in reasons)
-    assert any(r.startswith("mistral x long: sequences past mistral's 32-token sliding window") for r in reasons)
+    assert any(
+        r.startswith("mistral x long: ")
+        and r.endswith("pass mistral's 32-token sliding window, which cengine does not implement")
+        for r in reasons
+    )
     assert not any("sampled" in r for r in reasons)
-    assert m.left_out(Scope("any")) == [] and len(m.cells(None, FEATURES, Scope("any"))) == len(m.cells(None, FEATURES))
+    anything = Scope("any", Capabilities(taps=()))
+    assert m.left_out(anything) == [] and len(m.cells(None, FEATURES, anything)) == len(m.cells(None, FEATURES))
     summary = markdown_summary([], [], {}, "cengine", 1.0, reasons)
     assert "## Left out of the matrix" in summary and f"- {reasons[0]}" in summary
     assert "Left out" not in markdown_summary([], [], {}, "cengine", 1.0)

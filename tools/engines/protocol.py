@@ -84,6 +84,21 @@ class Capabilities:
 
         return cls(**{**fields, "trigger_axes": axes("trigger_axes"), "config_axes": axes("config_axes")})
 
+    def arch_refusal(self, engine: str, arch: str) -> str | None:
+        """Why the engine does not run a model of `arch` (None: it does), from `archs`."""
+        if self.archs is None or arch in self.archs:
+            return None
+        if len(self.archs) <= 8:
+            return f"{engine} runs {', '.join(self.archs)} models only, not {arch}"
+        return f"{engine} has no {arch} architecture"
+
+    def window_refusal(self, engine: str, arch: str, window: int | None, tokens: int) -> str | None:
+        """Why a sequence of `tokens` on an `arch` checkpoint with this sliding `window` is not the engine's to
+        serve (None: it is), from `unwindowed_archs`: its output would differ from the reference for that alone."""
+        if arch in self.unwindowed_archs and window and tokens > window:
+            return f"{tokens} tokens pass {arch}'s {window}-token sliding window, which {engine} does not implement"
+        return None
+
     def canonical_options(self, options: dict) -> dict:
         """Options with aliases replaced by the names the engine takes."""
         return {self.option_aliases.get(k, k): v for k, v in options.items()}

@@ -26,6 +26,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tools.engines.protocol import Capabilities
 from tools.errors import BadInput
 from tools.probe.checkpoints import FILE_KEYS, TINY_PRESETS
 from tools.scenario import DTYPES, EngineSpec, Scenario, from_dict, unhonoured_sampling
@@ -204,34 +205,26 @@ class ConfigVariant:
 
 @dataclass(frozen=True)
 class Scope:
-    """What the engine under test runs, as its adapter's Capabilities declare it: a cell outside is
-    left out of the sweep (with its reason, `agent.check` logs and reports it), never run into an
-    adapter's refusal that would read as a failing cell. `archs` None: every arch; `unwindowed`: archs
-    the engine runs without their sliding window, so sequences past the window are not its to serve."""
+    """What the engine under test runs, as its adapter's Capabilities declare it (archs, dtypes, windows): a
+    cell outside is left out of the sweep (with its reason, `agent.check` logs and reports it), never run
+    into an adapter's refusal that would read as a failing cell."""
 
     engine: str
-    dtypes: tuple[str, ...] = TARGET_DTYPES
-    archs: tuple[str, ...] | None = None
-    unwindowed: tuple[str, ...] = ()
+    caps: Capabilities
 
     def refuses(self, cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> str | None:
         """Why the engine does not run the cell (None: it does)."""
-        if self.archs is not None and cell.arch not in self.archs:
-            return f"{cell.arch}: {self.engine} {runs_only(self.archs, cell.arch)}"
-        if cell.dtype not in self.dtypes:
-            return f"{cell.dtype}: {self.engine} runs {', '.join(self.dtypes)} only"
-        window = cell_window(cell, variants)
-        if cell.arch in self.unwindowed and window and longest_sequence(WORKLOADS[cell.workload](window)) > window:
+        arch = self.caps.arch_refusal(self.engine, cell.arch)
+        if arch:
+            return f"{cell.arch}: {arch}"
+        if cell.dtype not in self.caps.dtypes:
             return (
-                f"{cell.arch} x {cell.workload}: sequences past {cell.arch}'s {window}-token sliding window, "
-                f"which {self.engine} does not implement"
+                f"{cell.dtype}: {self.engine} runs {', '.join(d for d in TARGET_DTYPES if d in self.caps.dtypes)} only"
             )
-        return None
-
-
-def runs_only(archs: tuple[str, ...], arch: str) -> str:
-    """What to say of an arch the engine does not run: the ones it does, when they are few."""
-    return f"runs {', '.join(archs)} checkpoints only" if len(archs) <= 8 else f"has no {arch} architecture"
+        window = cell_window(cell, variants)
+        longest = longest_sequence(WORKLOADS[cell.workload](window))
+        past = self.caps.window_refusal(self.engine, cell.arch, window, longest)
+        return f"{cell.arch} x {cell.workload}: {past}" if past else None
 
 
 def cell_window(cell: Cell, variants: dict[str, ConfigVariant] | None = None) -> int | None:

@@ -134,12 +134,12 @@ def test_an_arch_the_release_lacks_is_refused_up_front_and_left_out_of_its_sweep
     from tools.sweep.matrix import Scope, default_matrix
 
     tree = release_tree("4.36.2")
-    with pytest.raises(BadInput, match=r"\[model\] transformers \(the tree under test\) has no gemma2 architecture"):
+    with pytest.raises(BadInput, match=r"\[model\] transformers has no gemma2 architecture \(the tree under test\)"):
         preflight(from_dict(greedy_scenario("gemma2")), tree)
     from agent.check import declared_axes
 
     features, variants, _, _, scope = declared_axes(EngineSpec(engine="transformers"), tree)
-    assert isinstance(scope, Scope) and "llama" in (scope.archs or ()) and "gemma2" not in (scope.archs or ())
+    assert isinstance(scope, Scope) and "llama" in (scope.caps.archs or ()) and "gemma2" not in (scope.caps.archs or ())
     matrix = default_matrix(features, variants)
     assert not any(c.arch == "gemma2" for c in matrix.cells(variants, features, scope))
     assert "gemma2: transformers has no gemma2 architecture" in matrix.left_out(scope, variants)
