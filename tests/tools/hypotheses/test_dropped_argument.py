@@ -4,10 +4,10 @@ verified by passing that argument again, by keyword: on source alone and on a re
 from __future__ import annotations
 
 import ast
-import subprocess
 
 import pytest
 
+from tests.agent.helpers import git
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.arguments import dropped_arguments, keywords_passing, restored_argument_versions, with_keyword
 from tools.hypotheses.evidence import Hypothesis, Reproduction
@@ -76,17 +76,6 @@ EDITS = {
         "self.attn = Attention(h, kvh, d, kernels,",
     ),
 }
-
-
-def git(repo, *args):
-    run = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return run.stdout.strip()
 
 
 @pytest.mark.slow

@@ -7,11 +7,11 @@ gets no template edit in place of its caller's restore and takes no credit from 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.agent.helpers import git
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.moved import same_def_renamed
@@ -36,17 +36,6 @@ METHOD = '''
         return y * gain
 '''
 OLD_FORWARD = "    def forward(self, x):\n        return self._kernel(x)\n"
-
-
-def git(repo: Path, *args: str) -> str:
-    run = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return run.stdout.strip()
 
 
 def commit_edit(repo: Path, edits: list[tuple[str, str]], appended: str = "") -> str:
