@@ -18,6 +18,7 @@ from tools.engines.llamacpp import (
     CACHE_TYPES,
     FLASH_ATTN,
     LOG_ERROR,
+    LlamaCppEngine,
     Plan,
     library_file,
     tap_record,
@@ -25,7 +26,6 @@ from tools.engines.llamacpp import (
 from tools.engines.llamacpp.ggml import GraphNode, GraphReader
 from tools.engines.llamacpp.gguf_convert import (
     FLOAT_TYPES,
-    NO_SLIDING_WINDOW,
     PERMUTED_ROPE,
     ensure_gguf,
     twin_checkpoint,
@@ -280,13 +280,15 @@ def noise_dtype(options: dict, dtype: str) -> str | None:
 
 
 def check_window(config: dict, longest: int) -> None:
-    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none."""
-    window = config.get("sliding_window")
-    if config["model_type"] in NO_SLIDING_WINDOW and window and longest > window:
-        raise ValueError(
-            f"llama.cpp runs {config['model_type']} as llama, without its {window}-token sliding window: "
-            f"sequences of {longest} tokens would differ from the reference for that reason alone"
-        )
+    """Refuse a sequence a sliding window would cut, on an arch whose llama.cpp graph has none: the rule is
+    Capabilities.window_refusal's (the one preflight and the sweep apply), for a job that reached the worker
+    without either."""
+    engine = LlamaCppEngine()
+    refusal = engine.capabilities().window_refusal(
+        engine.name, config["model_type"], config.get("sliding_window"), longest
+    )
+    if refusal:
+        raise ValueError(f"{refusal}: its output would differ from the reference for that reason alone")
 
 
 def ubatches(nodes: list[GraphNode]) -> list[list[GraphNode]]:
