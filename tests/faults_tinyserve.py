@@ -96,3 +96,17 @@ def checkout_digest(repo: Path) -> str:
         h.update(str(path.relative_to(repo)).encode() + path.read_bytes())
     status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=repo, capture_output=True, text=True)
     return h.hexdigest() + status.stdout
+
+
+def short_greedy_scenario():
+    """One 12-token prompt, 3 greedy tokens, a float32 tinyserve llama: the cheapest run a verification re-probes."""
+    from tools.scenario import from_dict
+
+    reqs = [{"prompt_ids": list(range(3, 15)), "max_tokens": 3, "sampling": {"ignore_eos": True}}]
+    return from_dict(
+        {
+            "model": {"arch": "llama", "seed": 0},
+            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "workload": {"requests": reqs},
+        }
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults_tinyserve import short_greedy_scenario as scenario
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.moved import (
@@ -31,7 +32,6 @@ from tools.hypotheses.moved import (
 )
 from tools.hypotheses.verify import handed_names, passthrough_version, verify
 from tools.probe.prober import Prober
-from tools.scenario import from_dict
 
 ACT = "tinyserve/ops/activation.py"
 slow = pytest.mark.slow
@@ -57,17 +57,6 @@ def _activated_gate(x: torch.Tensor) -> torch.Tensor:
     """[T, 2I] -> [T, I]: the activation of the gate half."""
     return {body}
 '''
-
-
-def scenario():
-    reqs = [{"prompt_ids": list(range(3, 15)), "max_tokens": 3, "sampling": {"ignore_eos": True}}]
-    return from_dict(
-        {
-            "model": {"arch": "llama", "seed": 0},
-            "target": {"engine": "tinyserve", "dtype": "float32"},
-            "workload": {"requests": reqs},
-        }
-    )
 
 
 def commit(repo: Path, file: str, old: str, new: str, appended: str = "") -> str:

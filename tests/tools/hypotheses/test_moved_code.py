@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.agent.helpers import git
+from tests.faults_tinyserve import short_greedy_scenario as scenario
 from tests.faults_tinyserve import tree_at_base
 from tools.hypotheses.evidence import Hypothesis, Reproduction
 from tools.hypotheses.moved import same_def_renamed
 from tools.hypotheses.verify import is_new, moved_from, restore_version, verify
 from tools.probe.prober import Prober
-from tools.scenario import from_dict
 from tools.source.index import open_index
 
 ACT = "tinyserve/layers/activation.py"
@@ -104,17 +104,6 @@ def test_a_restored_method_gets_back_the_module_function_it_called_at_module_lev
     assert "\ndef _scaled(act, x, gain: float):" in text and "return _scaled(self, x, 1.0)" in text
     symbols = {s.qualname for s in open_index(repo, include_tests=False).symbols if s.file == ACT}
     assert "_scaled" in symbols and "GatedActivation._scaled" not in symbols
-
-
-def scenario():
-    reqs = [{"prompt_ids": list(range(3, 15)), "max_tokens": 3, "sampling": {"ignore_eos": True}}]
-    return from_dict(
-        {
-            "model": {"arch": "llama", "seed": 0},
-            "target": {"engine": "tinyserve", "dtype": "float32"},
-            "workload": {"requests": reqs},
-        }
-    )
 
 
 @pytest.mark.slow
