@@ -43,6 +43,7 @@ SPLIT_ORDER = (
     "test8",
     "test9",
     "test10",
+    "test11",
     "heldout",
     "fresh",
     "fresh2",

@@ -64,5 +64,7 @@ def test_the_guide_quotes_no_title_of_the_set():
 def test_the_collection_logs_moved_whole():
     logs = (REAL / "COLLECTIONS.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## (\w+) collection", logs, flags=re.M)
-    assert headings == ["Second", "Third", "Fourth", "Fifth", "Sixth", "Seventh", "Eighth", "Ninth", "Tenth"]
+    moved = ["Second", "Third", "Fourth", "Fifth", "Sixth", "Seventh", "Eighth", "Ninth", "Tenth"]
+    assert headings[: len(moved)] == moved  # later collections append their own log here
+    assert not re.search(r"^## \w+ collection", _guide(), flags=re.M)
     assert "## Provenance and text" in _guide() and "## Provenance and text" not in logs

@@ -18,6 +18,8 @@ Files `raw/w*.txt` are a sixth collection, labelled and committed the same way; 
 Files `raw/y*.txt` are an eighth collection, labelled and committed the same way; all of it is `test8`.
 Files `raw/z*.txt` are a ninth collection, labelled and committed before any classifier ran on them; all of it is `test9`.
 Files `raw/k*.txt` are a tenth collection, labelled and committed the same way; all of it is `test10`.
+Files `raw/m*.txt` are an eleventh collection, labelled and committed before any classifier ran on them; all of it is
+`test11`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SEVENTH_COLLECTION = "x"  # raw file prefix of the seventh collection: all of it
 EIGHTH_COLLECTION = "y"  # raw file prefix of the eighth collection: all of it is test8 (held out, first sight)
 NINTH_COLLECTION = "z"  # raw file prefix of the ninth collection: all of it is test9 (held out, first sight)
 TENTH_COLLECTION = "k"  # raw file prefix of the tenth collection: all of it is test10 (held out, first sight)
+ELEVENTH_COLLECTION = "m"  # raw file prefix of the eleventh collection: all of it is test11 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -76,6 +79,8 @@ def split_for(url: str, raw_name: str) -> str:
         return "test9"
     if raw_name.startswith(TENTH_COLLECTION):
         return "test10"
+    if raw_name.startswith(ELEVENTH_COLLECTION):
+        return "test11"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -129,7 +134,21 @@ def build() -> list[dict]:
 def main() -> int:
     issues = build()
     OUT.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in issues))
-    splits = ("train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9", "test10")
+    splits = (
+        "train",
+        "dev",
+        "test",
+        "test2",
+        "test3",
+        "test4",
+        "test5",
+        "test6",
+        "test7",
+        "test8",
+        "test9",
+        "test10",
+        "test11",
+    )
     counts = {s: {lab: 0 for lab in LABELS} for s in splits}
     for i in issues:
         counts[i["split"]][i["label"]] += 1
