@@ -175,9 +175,11 @@ def record_teacher_head(
     wanted = [name for name in ("sampler.logits", "sampler.probs", "sampler.token") if rec.wants(name)]
     if not sampled or not wanted:
         return
-    processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
+    # the sampled rows by a view (consecutive positions); the cut (top-k / top-p / min-p) only for the probabilities
+    rows_at = logits[sampled[0] : sampled[-1] + 1].double()
+    processed, truncated = processed_logits(rows_at, seq, n_prompt, req.sampling, "sampler.probs" in wanted)
     rows = {  # each computed only when wanted: a vocabulary-wide softmax in float64 is not free
-        "sampler.logits": lambda: processed.to(kept),
+        "sampler.logits": lambda: processed.to(kept, copy=True),  # the record's own rows, not a view of the logits
         "sampler.probs": lambda: torch.softmax(truncated, dim=-1).to(kept),
         "sampler.token": lambda: torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64),
     }
