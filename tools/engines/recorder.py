@@ -172,18 +172,19 @@ def record_teacher_head(
     if rec.wants("logits"):
         rec.records.append(TapRecord("logits", 0, r, positions, copy_rows(logits, rec.kept_as(logits.dtype))))
     sampled = list(range(n_prompt - 1, len(seq) - 1))
-    if not sampled or not rec.wants("sampler.*"):
+    wanted = [name for name in ("sampler.logits", "sampler.probs", "sampler.token") if rec.wants(name)]
+    if not sampled or not wanted:
         return
-    processed, truncated = processed_logits(logits[sampled].double(), seq, n_prompt, req.sampling)
-    probs = torch.softmax(truncated, dim=-1)
-    chosen = torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64)  # token ids, exact
-    for name, x in (
-        ("sampler.logits", processed.to(kept)),
-        ("sampler.probs", probs.to(kept)),
-        ("sampler.token", chosen),
-    ):
-        if rec.wants(name):
-            rec.records.append(TapRecord(name, 0, r, sampled, x))
+    # the sampled rows by a view (consecutive positions); the cut (top-k / top-p / min-p) only for the probabilities
+    rows_at = logits[sampled[0] : sampled[-1] + 1].double()
+    processed, truncated = processed_logits(rows_at, seq, n_prompt, req.sampling, "sampler.probs" in wanted)
+    rows = {  # each computed only when wanted: a vocabulary-wide softmax in float64 is not free
+        "sampler.logits": lambda: processed.to(kept, copy=True),  # the record's own rows, not a view of the logits
+        "sampler.probs": lambda: torch.softmax(truncated, dim=-1).to(kept),
+        "sampler.token": lambda: torch.tensor([[float(seq[p + 1])] for p in sampled], dtype=torch.float64),
+    }
+    for name in wanted:
+        rec.records.append(TapRecord(name, 0, r, sampled, rows[name]()))
 
 
 def chosen_logprobs(logits: torch.Tensor, seq: list[int], n_prompt: int) -> list[float]:

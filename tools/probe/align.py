@@ -56,14 +56,16 @@ def block_groups(trace: Trace, names: Collection[str] | None = None) -> dict[tup
     return groups
 
 
-def tap_rows(blocks: list[TapBlock]) -> TapRows:
-    """The blocks of one (tap, request) -> their rows sorted by position, the last row of a position winning."""
-    parts = [(b.tensor, b.positions, b.steps()) for b in blocks]  # once per block: a lazy block reads its file
-    tensor, positions, steps = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts, strict=True))
+def tap_rows(blocks: list[TapBlock], with_steps: bool = True) -> TapRows:
+    """The blocks of one (tap, request) -> their rows sorted by position, the last row of a position winning.
+    Not `with_steps`: its `steps` are left empty (a reference's rows: only the target's steps are reported)."""
+    parts = [(b.tensor, b.positions) for b in blocks]  # once per block: a lazy block reads its file
+    tensor, positions = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts, strict=True))
+    steps = (torch.cat([b.steps() for b in blocks]) if len(blocks) > 1 else blocks[0].steps()) if with_steps else None
     if bool((positions[1:] > positions[:-1]).all()):  # one row per position, in order (the usual case): no copy
-        return TapRows(positions.tolist(), steps.tolist(), tensor)
+        return TapRows(positions.tolist(), [] if steps is None else steps.tolist(), tensor)
     keep = last_row_per_position(positions)
-    return TapRows(positions[keep].tolist(), steps[keep].tolist(), tensor[keep])
+    return TapRows(positions[keep].tolist(), [] if steps is None else steps[keep].tolist(), tensor[keep])
 
 
 def last_row_per_position(positions: torch.Tensor) -> torch.Tensor:
@@ -91,7 +93,7 @@ def iter_aligned(target: Trace, reference: Trace, high: Trace) -> Iterator[Align
         if key[0] in NOT_COMPARED or not r or not y:
             continue
         release_freed_memory()  # the taps before this one's
-        aligned = _common_rows(key, tap_rows(t_blocks.group(key)), tap_rows(r), tap_rows(y))
+        aligned = _common_rows(key, tap_rows(t_blocks.group(key)), tap_rows(r, False), tap_rows(y, False))
         if aligned.positions:
             yield aligned
 
@@ -117,14 +119,34 @@ class BlockFinder:
 
 
 def _common_rows(key, t: TapRows, r: TapRows, y: TapRows) -> Aligned:
-    common = sorted(set(t.positions) & set(r.positions) & set(y.positions))
-    (tt, t_rows), (rr, _), (yy, _) = (_rows_at(rows, common) for rows in (t, r, y))
+    spans = [s for s in (_span(rows.positions) for rows in (t, r, y)) if s is not None]
+    if len(spans) == 3:  # each holds one run of consecutive positions (the usual case): the common run, by slices
+        first, last = max(s[0] for s in spans), min(s[1] for s in spans)
+        common = list(range(first, last + 1))
+        (tt, t_rows), (rr, _), (yy, _) = (_run_at(rows, first, last) for rows in (t, r, y))
+    else:
+        common = sorted(set(t.positions) & set(r.positions) & set(y.positions))
+        (tt, t_rows), (rr, _), (yy, _) = (_rows_at(rows, common) for rows in (t, r, y))
     if common and not (tt.shape == rr.shape == yy.shape):
         raise AlignmentError(
             f"tap {key[0]} request {key[1]}: shapes differ "
             f"(target {tuple(tt.shape)}, reference {tuple(rr.shape)}, high {tuple(yy.shape)})"
         )
     return Aligned(key[0], key[1], common, [t.steps[i] for i in t_rows], tt, rr, yy)
+
+
+def _span(positions: list[int]) -> tuple[int, int] | None:
+    """Sorted distinct positions -> (first, last) when they are every position between the two; else None."""
+    if positions and positions[-1] - positions[0] + 1 == len(positions):
+        return positions[0], positions[-1]
+    return None
+
+
+def _run_at(rows: TapRows, first: int, last: int) -> tuple[torch.Tensor, list[int]]:
+    """`_rows_at` of positions first..last in rows holding one run of consecutive positions: a view."""
+    start = first - rows.positions[0]
+    picked = list(range(start, start + max(0, last - first + 1)))
+    return rows.tensor[start : start + len(picked)], picked
 
 
 def _rows_at(rows: TapRows, positions: list[int]) -> tuple[torch.Tensor, list[int]]:

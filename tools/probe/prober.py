@@ -136,6 +136,7 @@ class Prober:
 
         spec = EngineSpec(scenario.reference.engine, dtype, scenario.reference.options)
         checkpoint = str(reference_checkpoint(scenario.model, weights))
+        taps = reference_taps(taps)
         key = json.dumps(
             [
                 spec.engine,
@@ -197,6 +198,20 @@ class Prober:
         result = compare_traces(scenario, target, low, high)
         result.engine_runs = self.engine_runs - runs_before
         return result
+
+
+def reference_taps(taps: list[str] | None) -> list[str] | None:
+    """What a reference run captures when `taps` are asked for: all of them but the taps judged as sampling
+    (compare.SAMPLING_JUDGED). Those are judged on the target's rows against the reference sampler's bounds
+    on the sampler input (tools.probe.sampler_taps), never on a reference's own: a reference's vocabulary-wide
+    `sampler.probs` rows were a tenth of a probe's trace bytes, computed, copied and written for no reader.
+    None (every tap) -> the canonical taps (tools.probe.taps) less those."""
+    from tools.probe import compare
+    from tools.probe import taps as tapnames
+
+    if taps is None:
+        return ["embed", "layers.*", *(t for t in tapnames.HEAD_TAPS if t not in compare.SAMPLING_JUDGED)]
+    return [t for t in taps if t not in compare.SAMPLING_JUDGED]
 
 
 def imported_from(meta: dict) -> str | None:

@@ -15,16 +15,25 @@ import math
 import torch
 
 
-def processed_logits(logits: torch.Tensor, seq: list[int], n_prompt: int, sampling: dict):
+def processed_logits(logits: torch.Tensor, seq: list[int], n_prompt: int, sampling: dict, truncated: bool = True):
     """[P, V] logits at the sampled positions n_prompt-1 … -> ([P, V] after penalties and temperature
-    (the `sampler.logits` tap), [P, V] after top-k / top-p / min-p as well (what `sampler.probs` uses))."""
-    adjusted, truncated = [], []
+    (the `sampler.logits` tap), [P, V] after top-k / top-p / min-p as well (what `sampler.probs` uses);
+    None instead when not `truncated`). A step that changes no row answers its input itself: a greedy
+    request's vocabulary-wide rows are not copied for nothing."""
+    adjusted, cut = [], []
+    kept_rows = kept_cut = True  # every row so far returned as it came in
     for i in range(logits.shape[0]):
-        p = n_prompt - 1 + i
-        x = adjust_row(logits[i], seq[: p + 1], seq[n_prompt : p + 1], sampling)
+        p, row = n_prompt - 1 + i, logits[i]
+        x = adjust_row(row, seq[: p + 1], seq[n_prompt : p + 1], sampling)
         adjusted.append(x)
-        truncated.append(truncate_row(x, sampling))
-    return torch.stack(adjusted), torch.stack(truncated)
+        kept_rows = kept_rows and x is row
+        if truncated:
+            cut.append(y := truncate_row(x, sampling))
+            kept_cut = kept_cut and y is x
+    out = logits if kept_rows else torch.stack(adjusted)
+    if not truncated:
+        return out, None
+    return out, out if kept_cut else torch.stack(cut)
 
 
 def adjust_row(x: torch.Tensor, history: list[int], output: list[int], s: dict) -> torch.Tensor:  # [V] -> [V]

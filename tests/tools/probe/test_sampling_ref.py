@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from tools.probe.sampling_ref import kept_bounds, min_p_bounds, top_k_bounds, truncate_row
+from tools.probe.sampling_ref import adjust_row, kept_bounds, min_p_bounds, processed_logits, top_k_bounds, truncate_row
 
 
 def random_cases(n: int, vocab: int = 64, seed: int = 0):
@@ -58,3 +58,27 @@ def test_the_best_token_always_survives_top_p():
     x = torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64)
     sure, _ = kept_bounds(x, {"top_p": 0.01}, eps=1.0)
     assert sure.tolist() == [True, False, False]
+
+
+def test_processed_logits_equal_their_rows_definition_and_copy_nothing_when_nothing_changes():
+    """Issue 14, probe cost: `processed_logits` is each row through `adjust_row` then `truncate_row`, stacked; a
+    greedy request without penalties changes no row, and then its answer is its input (no vocabulary-wide copy),
+    and the cut is left out when not asked for."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 50, generator=g, dtype=torch.float64)
+    seq, n_prompt = [int(t) for t in torch.randint(0, 50, (10,), generator=g)], 4
+    samplings = (
+        {},
+        {"temperature": 0.7},
+        {"top_k": 5, "top_p": 0.8, "min_p": 0.05, "temperature": 1.3},
+        {"repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.2},
+    )
+    for s in samplings:
+        adjusted = [adjust_row(logits[i], seq[: n_prompt + i], seq[n_prompt : n_prompt + i], s) for i in range(6)]
+        processed, truncated = processed_logits(logits, seq, n_prompt, s)
+        assert torch.equal(processed, torch.stack(adjusted)), s
+        assert torch.equal(truncated, torch.stack([truncate_row(x, s) for x in adjusted])), s
+        alone, none = processed_logits(logits, seq, n_prompt, s, truncated=False)
+        assert torch.equal(alone, processed) and none is None, s
+    greedy, cut = processed_logits(logits, seq, n_prompt, {})
+    assert greedy is logits and cut is logits

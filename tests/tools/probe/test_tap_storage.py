@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import torch
 
+from tools.engines.protocol import RunJob
+from tools.engines.runner import run_engine
 from tools.probe import taps as tapnames
-from tools.probe.compare import stored_precision
-from tools.probe.prober import Prober, compare_traces
+from tools.probe.checkpoints import reference_checkpoint
+from tools.probe.compare import SAMPLING_JUDGED, stored_precision
+from tools.probe.prober import Prober, compare_traces, reference_taps
 from tools.probe.sampling_ref import top_k_bounds
 from tools.probe.trace import TapRecord, Trace
-from tools.scenario import from_dict
+from tools.scenario import EngineSpec, from_dict
 
 PROMPTS = (list(range(3, 20)), [7, 8, 9, 10, 11])
 SAMPLINGS = ({"ignore_eos": True}, {"ignore_eos": True, "temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "seed": 3})
@@ -73,6 +76,47 @@ def test_a_float32_compare_keeps_the_float64_reference_whole():
     assert dtypes(high, head=False) == {torch.float64}
     assert stored_precision("bfloat16") == stored_precision("float16") == torch.float32
     assert stored_precision("float32") == stored_precision("float64") == torch.float64
+
+
+def test_references_capture_no_sampling_judged_taps_and_judge_as_with_them():
+    """Issue 14, probe cost: `sampler.probs` and `sampler.token` are judged on the target's rows against the
+    reference sampler's bounds on the sampler input, never on a reference's own rows, so the references do
+    not capture them (a tenth of a real model's trace bytes); the verdict and every stat equal those
+    against references that captured every tap, on a greedy and a sampled request."""
+    sc = scenario("bfloat16")
+    prober = Prober()
+    target = prober.run_target(sc, None)
+    teacher = target.sequences()
+    precisions = (sc.reference.dtype, sc.target.dtype)
+    high, low = (prober.run_reference(sc, d, teacher, None) for d in precisions)
+    every_tap = [
+        run_engine(
+            RunJob(
+                sc,
+                EngineSpec(sc.reference.engine, d, sc.reference.options),
+                str(reference_checkpoint(sc.model)),
+                teacher=teacher,
+                taps=None,
+            )
+        )
+        for d in precisions
+    ]
+    for trace in (high, low):
+        assert not set(trace.taps()) & set(SAMPLING_JUDGED) and "sampler.logits" in trace.taps()
+    for trace in every_tap:
+        assert set(SAMPLING_JUDGED) <= set(trace.taps())
+    kept, whole = compare_traces(sc, target, low, high), compare_traces(sc, target, every_tap[1], every_tap[0])
+    assert {"sampler.probs", "sampler.token"} <= {s.tap for s in kept.stats}
+    assert kept.to_dict() == whole.to_dict() and kept.stats == whole.stats
+
+
+def test_reference_taps_are_the_asked_ones_less_the_sampling_judged():
+    every = reference_taps(None)
+    assert every is not None and "layers.*" in every and "sampler.logits" in every
+    assert not any(tapnames.matches(t, every) for t in SAMPLING_JUDGED)
+    assert all(tapnames.matches(t, every) for t in ("embed", "layers.3.mlp.act", "final_norm", "logits"))
+    assert reference_taps(["logits", "sampler.probs", "sampler.token"]) == ["logits"]
+    assert reference_taps([]) == []
 
 
 def counted_top_k_bounds(x: torch.Tensor, k: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
