@@ -104,6 +104,11 @@ MIN_P_HALVED = (
     "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
 )
 
+# Draws that stay inside the kept set but do not follow its probabilities (tools.probe.draws): a sampler
+# that ignores its random numbers, and an exponential race on sqrt(E), which draws in proportion to p^2.
+GREEDY_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = probs[i].argmax()")
+SQUARED_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = (probs[i] / race.sqrt()).argmax()")
+
 
 def buggy_tinyserve(dest: Path, old: str, new: str, file: Path = TINYSERVE_SAMPLER) -> Path:
     """A copy of the pristine tinyserve with one edit in `file` (its sampler by default); returns the tree's root."""

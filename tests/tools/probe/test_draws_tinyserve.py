@@ -1,0 +1,59 @@
+"""The drawn tokens' uniformity test on the real tinyserve: a draw bug inside the kept set is caught at
+`sampler.draws`, where every kept-set judgement agrees, and the bug-free engine stays clean."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults import GREEDY_DRAW, SQUARED_DRAW, buggy_tinyserve
+from tools.probe import draws
+from tools.probe.prober import Prober
+from tools.scenario import from_dict
+from tools.sweep.matrix import BASE_MODEL, WORKLOADS
+
+
+def sampled_workload(tokens: int, **model) -> dict:
+    """The sweep's `sampled` workload (five requests with their own random numbers, a twin seeded alike,
+    two greedy), each request generating `tokens` tokens."""
+    requests = [dict(r, max_tokens=tokens) for r in WORKLOADS["sampled"](None)]
+    for r in requests:
+        r.setdefault("sampling", {})["ignore_eos"] = True
+    return {
+        "model": {"arch": "llama", **BASE_MODEL, **model},
+        "target": {"engine": "tinyserve", "dtype": "float32"},
+        "workload": {"requests": requests},
+    }
+
+
+def test_a_sampler_that_ignores_its_random_numbers_is_caught_at_sampler_draws(tmp_path):
+    tree = buggy_tinyserve(tmp_path, *GREEDY_DRAW)
+    result = Prober().probe(from_dict(sampled_workload(8)), tree)
+    assert result.first is not None and result.first.tap == "sampler.draws", result.summary
+    assert result.divergent_taps == ["sampler.draws"]  # every kept set and every drawn token's membership agree
+    assert result.draws is not None and result.draws.side == "low" and result.draws.n >= draws.MIN_DRAWS
+    assert result.summary.startswith("the drawn tokens do not follow the kept probabilities (p = ")
+    assert result.to_dict()["draws"]["verdict"] == "reject"
+    assert result.draws.requests == [1, 2, 4, 5, 6] and result.draws.left_out == {7: "seeded like request 6"}
+
+
+@pytest.mark.slow
+def test_a_race_on_the_wrong_law_is_caught_with_enough_draws(tmp_path):
+    """p^2 instead of p: 8 tokens a request (the default workload) are too few, 128 at trained scale catch it
+    (docs/sampling.md)."""
+    tree = buggy_tinyserve(tmp_path, *SQUARED_DRAW)
+    result = Prober().probe(from_dict(sampled_workload(128, initializer_range=0.2)), tree)
+    assert result.first is not None and result.first.tap == "sampler.draws", result.summary
+
+
+@pytest.mark.slow
+def test_bug_free_tinyserve_draws_agree_over_many_draws():
+    result = Prober().probe(from_dict(sampled_workload(128, initializer_range=0.2)))
+    assert not result.diverged, result.summary
+    assert result.draws is not None and result.draws.verdict == "agree" and result.draws.n > 500
+
+
+def test_a_short_sampled_workload_is_undecided_not_agree():
+    short = sampled_workload(2)
+    result = Prober().probe(from_dict(short))
+    assert not result.diverged and result.draws is not None and result.draws.verdict == "undecided"
+    assert "undecided" in result.summary and result.to_dict()["draws"]["p"] is None
