@@ -108,6 +108,11 @@ MIN_P_HALVED = (
 # that ignores its random numbers, and an exponential race on sqrt(E), which draws in proportion to p^2.
 GREEDY_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = probs[i].argmax()")
 SQUARED_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = (probs[i] / race.sqrt()).argmax()")
+# drawn from the distribution before temperature (p^T of the reported one) while reporting the one after
+BEFORE_TEMPERATURE_DRAW = (
+    "tokens[i] = (probs[i] / race).argmax()",
+    "tokens[i] = (probs[i] ** st.temperature[i] / race).argmax()",
+)
 
 
 def buggy_tinyserve(dest: Path, old: str, new: str, file: Path = TINYSERVE_SAMPLER) -> Path:

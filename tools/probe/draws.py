@@ -146,6 +146,11 @@ class DrawTest:
         """The verdict on compare.THRESHOLD's scale: 4 log p / log ALPHA, over 4 exactly when p < ALPHA."""
         return 4.0 * math.log(max(self.p, 1e-300)) / math.log(ALPHA)
 
+    @property
+    def mean(self) -> float:
+        """The PIT values' mean: 0.5 under a correct sampler, below for draws too likely, above for too unlikely."""
+        return sum(d.u for d in self.draws) / max(1, self.n)
+
     def line(self) -> str:
         if self.verdict == "undecided":
             return (
@@ -156,7 +161,7 @@ class DrawTest:
             return f"the drawn tokens follow the kept probabilities (p = {self.p:.2g}, {self.n} informative draws)"
         return (
             f"the drawn tokens do not follow the kept probabilities (p = {self.p:.2g}, {self.n} informative draws, "
-            f"requests {self.requests}): {SIDES[self.side]}"
+            f"requests {self.requests}): {SIDES[self.side]}; their mean PIT value is {self.mean:.2f}, 0.5 when right"
         )
 
 

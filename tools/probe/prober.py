@@ -95,6 +95,7 @@ def draws_dict(test: DrawTest | None) -> dict | None:
         "p": test.p if test.verdict != "undecided" else None,
         "side": test.side if test.verdict == "reject" else None,
         "informative_draws": test.n,
+        "mean_pit": round(test.mean, 4) if test.n else None,
         "left_out_draws": test.skipped,
         "requests": test.requests,
         "requests_left_out": {str(r): why for r, why in test.left_out.items()},

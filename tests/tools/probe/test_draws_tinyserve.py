@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults import GREEDY_DRAW, SQUARED_DRAW, buggy_tinyserve
+from tests.faults import BEFORE_TEMPERATURE_DRAW, GREEDY_DRAW, SQUARED_DRAW, buggy_tinyserve
 from tools.probe import draws
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
@@ -43,6 +43,29 @@ def test_a_race_on_the_wrong_law_is_caught_with_enough_draws(tmp_path):
     tree = buggy_tinyserve(tmp_path, *SQUARED_DRAW)
     result = Prober().probe(from_dict(sampled_workload(128, initializer_range=0.2)), tree)
     assert result.first is not None and result.first.tap == "sampler.draws", result.summary
+
+
+@pytest.mark.slow
+def test_drawing_before_temperature_is_caught_at_a_low_temperature_in_eight_tokens(tmp_path):
+    """Invisible in the `sampled` workload at 128 tokens (its temperatures are near 1, its cuts tight);
+    five uncut requests at temperature 0.4 show it at once (docs/sampling.md)."""
+    prompts = [[5, 17, 42, 99, 260, 301, 7, 8], list(range(40, 52)), [300, 12, 77, 150], list(range(200, 214))]
+    sampling = {"temperature": 0.4, "ignore_eos": True}
+    scenario = {
+        "model": {"arch": "llama", **BASE_MODEL, "initializer_range": 0.2},
+        "target": {"engine": "tinyserve", "dtype": "float32"},
+        "workload": {
+            "requests": [
+                {"prompt_ids": p, "max_tokens": 8, "sampling": {**sampling, "seed": 50 + i}}
+                for i, p in enumerate(prompts)
+            ]
+        },
+    }
+    result = Prober().probe(from_dict(scenario), buggy_tinyserve(tmp_path, *BEFORE_TEMPERATURE_DRAW))
+    assert result.first is not None and result.first.tap == "sampler.draws", result.summary
+    assert (
+        result.draws is not None and result.draws.side == "high"
+    )  # too flat: the tokens less likely than they should be
 
 
 @pytest.mark.slow
