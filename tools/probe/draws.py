@@ -23,14 +23,21 @@ reproducible.
 is left out: any sampler draws that token, and its u says nothing about how it draws. Leaving a draw
 out on its distribution alone (fixed before the draw) keeps the others independent uniforms.
 
-**The test.** Three statistics with exact or bounded null tails, combined by Bonferroni:
+**Draws that share noise.** Each request's u's can be right while requests draw with one noise vector
+(a batch given one seed, one generator state reused across rows): each row's law is right, their
+draws are not independent. Under a correct sampler a request's draw is independent of the other
+pooled requests' draws at the same step, so it lands on a token one of them drew with the chance its
+own kept probabilities give those tokens, known before it draws. The coincidences H and the sum M of
+those chances make exp(L H - (e^L - 1) M) a supermartingale, so P(L H - (e^L - 1) M >= t) <= e^-t.
+
+**The test.** Four statistics with exact or bounded null tails, combined by Bonferroni:
 Fisher's -2 sum log u ~ chi2(2n) (large when the u's crowd near 0: draws likelier than the
 probabilities say, as from a too greedy sampler), the same on 1 - u (draws less likely than they
-should be: a too flat sampler), and the Kolmogorov-Smirnov distance D, whose tail is bounded by
+should be: a too flat sampler), the Kolmogorov-Smirnov distance D, whose tail is bounded by
 2 exp(-2 n D^2) for every n (Massart's form of the Dvoretzky-Kiefer-Wolfowitz inequality) for the
-other shapes. p = min(1, 3 * the smallest of the three) is a valid p-value: P(p <= a) <= a under a
-correct sampler. The draws reject at p < ALPHA; with fewer than MIN_DRAWS informative draws the
-verdict is "undecided", never "agree".
+other shapes, and the coincidences' bound. p = min(1, 4 * the smallest of the four) is a valid
+p-value: P(p <= a) <= a under a correct sampler. The draws reject at p < ALPHA; with fewer than
+MIN_DRAWS informative draws the verdict is "undecided", never "agree".
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ ALPHA = 1e-6  # false-alarm bound of one cell's test (one test per probe): 200 b
 MIN_DRAWS = 20  # informative draws below which the test is not run (undecided)
 DEGENERATE = 0.99  # a kept distribution whose best token holds this much is not informative
 PIT_SEED = 20261202  # the randomization of the PIT: fixed, so a verdict is reproducible
-N_TESTS = 3  # Fisher near 0, Fisher near 1, Kolmogorov-Smirnov: the Bonferroni factor
+N_TESTS = 4  # Fisher near 0, Fisher near 1, Kolmogorov-Smirnov, coincidences: the Bonferroni factor
+COINCIDENCE_LAMBDA = 2.0  # the coincidence test's exponent (`coincidence_p`)
 
 SIDES = {
     "low": "the drawn tokens are likelier than the kept probabilities make them (a too greedy draw)",
     "high": "the drawn tokens are less likely than the kept probabilities make them (a too flat draw)",
     "shape": "their PIT values are not uniform",
+    "together": "requests with random numbers of their own drew the same token at the same step far more often "
+    "than their probabilities make likely (their draws share noise)",
 }
 
 
@@ -97,9 +107,23 @@ def dkw_p(d: float, n: int) -> float:
     return min(1.0, 2 * math.exp(-2 * n * d * d))
 
 
-def uniformity_p(u: list[float]) -> tuple[float, str]:
-    """PIT values -> (Bonferroni p over the three statistics, the side that gave it: SIDES' key)."""
-    parts = {"low": fisher_p(u), "high": fisher_p([1 - x for x in u]), "shape": dkw_p(ks_distance(u), len(u))}
+def coincidence_p(hits: int, expected: float) -> float:
+    """Bound on P(at least `hits` coincidences) when each draw coincides, given the past, with a probability
+    known before it whose sum is `expected`: exp(L H - (e^L - 1) M) is then a supermartingale (a sum of
+    conditionally Bernoulli terms), so P(L H - (e^L - 1) M >= t) <= exp(-t) for any M, whatever the steps."""
+    lam = COINCIDENCE_LAMBDA
+    return min(1.0, math.exp(-(lam * hits - math.expm1(lam) * expected)))
+
+
+def uniformity_p(u: list[float], hits: int = 0, expected: float = 0.0) -> tuple[float, str]:
+    """PIT values (and coincidences: their count, and the sum of their chances) -> (Bonferroni p over the
+    four statistics, the side that gave it: SIDES' key)."""
+    parts = {
+        "low": fisher_p(u),
+        "high": fisher_p([1 - x for x in u]),
+        "shape": dkw_p(ks_distance(u), len(u)),
+        "together": coincidence_p(hits, expected),
+    }
     side = min(parts, key=lambda k: parts[k])
     return min(1.0, N_TESTS * parts[side]), side
 
@@ -110,6 +134,10 @@ class Draw:
     position: int
     step: int
     u: float
+    chance: float = (
+        0.0  # probability, under its kept probabilities, of a token earlier pooled requests drew at its step
+    )
+    coincides: bool = False  # it drew one of them
 
 
 @dataclass
@@ -127,12 +155,20 @@ class DrawTest:
     def of(cls, draws: list[Draw], requests: list[int], left_out: dict[int, str], skipped: int) -> DrawTest:
         test = cls(draws, requests, left_out, skipped)
         if len(draws) >= MIN_DRAWS:
-            test.p, test.side = uniformity_p([d.u for d in draws])
+            test.p, test.side = uniformity_p([d.u for d in draws], test.coincidences, test.expected)
         return test
 
     @property
     def n(self) -> int:
         return len(self.draws)
+
+    @property
+    def coincidences(self) -> int:
+        return sum(d.coincides for d in self.draws)
+
+    @property
+    def expected(self) -> float:
+        return sum(d.chance for d in self.draws)
 
     @property
     def verdict(self) -> str:
@@ -161,8 +197,13 @@ class DrawTest:
             return f"the drawn tokens follow the kept probabilities (p = {self.p:.2g}, {self.n} informative draws)"
         return (
             f"the drawn tokens do not follow the kept probabilities (p = {self.p:.2g}, {self.n} informative draws, "
-            f"requests {self.requests}): {SIDES[self.side]}; their mean PIT value is {self.mean:.2f}, 0.5 when right"
+            f"requests {self.requests}): {SIDES[self.side]}; " + self.evidence()
         )
+
+    def evidence(self) -> str:
+        if self.side == "together":
+            return f"{self.coincidences} times, {self.expected:.2g} expected"
+        return f"their mean PIT value is {self.mean:.2f}, 0.5 when right"
 
 
 def pool(seeds: dict[int, int | None]) -> tuple[list[int], dict[int, str]]:
@@ -179,3 +220,16 @@ def pool(seeds: dict[int, int | None]) -> tuple[list[int], dict[int, str]]:
             taken[seed] = r
         pooled.append(r)
     return pooled, left_out
+
+
+def earlier_tokens(drawn: dict[int, dict[int, int]]) -> dict[int, dict[int, set[int]]]:
+    """Pooled request -> (step -> its drawn token) => request -> (step -> the tokens pooled requests before
+    it drew at that step). Under a correct sampler each draw is independent of the others' at its step, so
+    it lands among them with the chance its own kept probabilities give them."""
+    out: dict[int, dict[int, set[int]]] = {}
+    seen: dict[int, set[int]] = {}
+    for r in sorted(drawn):
+        out[r] = {step: set(seen[step]) for step in drawn[r] if seen.get(step)}
+        for step, token in drawn[r].items():
+            seen.setdefault(step, set()).add(token)
+    return out

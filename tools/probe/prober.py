@@ -96,6 +96,8 @@ def draws_dict(test: DrawTest | None) -> dict | None:
         "side": test.side if test.verdict == "reject" else None,
         "informative_draws": test.n,
         "mean_pit": round(test.mean, 4) if test.n else None,
+        "coincidences": test.coincidences,  # same token as an earlier pooled request at the same step
+        "coincidences_expected": round(test.expected, 4),
         "left_out_draws": test.skipped,
         "requests": test.requests,
         "requests_left_out": {str(r): why for r, why in test.left_out.items()},

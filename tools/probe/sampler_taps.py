@@ -43,10 +43,17 @@ def sampler_stats(scenario: Scenario, target: Trace, high: Trace) -> list[compar
 def sampler_judgement(
     scenario: Scenario, target: Trace, high: Trace, with_draws: bool = True
 ) -> tuple[list[compare.TapStat], draws.DrawTest | None]:
-    """`sampler_stats`, and (`with_draws`) the uniformity test of the sampled requests' drawn tokens
-    (None without a sampled request) with its `sampler.draws` stats when it ran."""
+    """`sampler_stats`, and (`with_draws`) the test of the sampled requests' drawn tokens (None without
+    a sampled request) with its `sampler.draws` stats when it ran."""
     t_idx, y_idx = index(target, SAMPLER_INPUTS), index(high, SAMPLER_INPUTS)
-    stats, drawn, seeds, skipped = [], [], {}, 0
+    seeds = {
+        r: req.sampling.get("seed")
+        for r, req in enumerate(scenario.requests)
+        if not req.greedy and ("sampler.probs", r) in t_idx and ("sampler.token", r) in t_idx
+    }
+    pooled, left_out = draws.pool(seeds)
+    earlier = draws.earlier_tokens({r: _drawn_ids(t_idx[("sampler.token", r)]) for r in pooled})
+    stats, drawn, skipped = [], [], 0
     for r, req in enumerate(scenario.requests):
         probs = t_idx.get(("sampler.probs", r))
         if probs is None:
@@ -60,22 +67,28 @@ def sampler_judgement(
         tokens = t_idx.get(("sampler.token", r))
         if tokens is not None and not req.greedy:
             stats.append(token_stat(r, tokens, probs.positions, bounds))
-            if with_draws:
-                seeds[r] = req.sampling.get("seed")
-                got, left = request_draws(r, probs, tokens, x, bounds)
+            if with_draws and r in pooled:
+                got, left = request_draws(r, probs, tokens, x, bounds, earlier.get(r, {}))
                 drawn += got
                 skipped += left
     if not with_draws or not seeds:
         return stats, None
-    pooled, left_out = draws.pool(seeds)
-    test = draws.DrawTest.of([d for d in drawn if d.request in pooled], pooled, left_out, skipped)
+    test = draws.DrawTest.of(drawn, pooled, left_out, skipped)
     return stats + draw_stats(test), test
 
 
-def request_draws(r: int, probs: TapRows, tokens: TapRows, x: torch.Tensor, bounds) -> tuple[list[draws.Draw], int]:
+def _drawn_ids(tokens: TapRows) -> dict[int, int]:
+    """step -> the token drawn at it."""
+    return {step: int(tokens.tensor[i][0]) for i, step in enumerate(tokens.steps)}
+
+
+def request_draws(
+    r: int, probs: TapRows, tokens: TapRows, x: torch.Tensor, bounds, earlier: dict[int, set[int]]
+) -> tuple[list[draws.Draw], int]:
     """One sampled request's informative draws (their PIT under the reference's kept probabilities on the
-    target's sampler input, the target's undecided tokens as it kept them), and how many were left out:
-    degenerate, or drawn outside the reference's possibly-kept set (`token_stat` judges those)."""
+    target's sampler input, the target's undecided tokens as it kept them; and whether each drew a token
+    `earlier` (step -> ids) pooled requests drew at its step, with the chance of that), and how many were
+    left out: degenerate, or drawn outside the reference's possibly-kept set (`token_stat` judges those)."""
     rows = {p: i for i, p in enumerate(tokens.positions)}
     v = draws.pit_uniforms(r)
     out, skipped = [], 0
@@ -89,7 +102,10 @@ def request_draws(r: int, probs: TapRows, tokens: TapRows, x: torch.Tensor, boun
         if not bool(keep[token]) or not draws.informative(q):
             skipped += 1
             continue
-        out.append(draws.Draw(r, p, tokens.steps[rows[p]], draws.pit(q, token, u_rand)))
+        step = tokens.steps[rows[p]]
+        shared = sorted(earlier.get(step, ()))
+        chance = float(q[shared].sum()) if shared else 0.0
+        out.append(draws.Draw(r, p, step, draws.pit(q, token, u_rand), chance, token in shared))
     return out, skipped
 
 

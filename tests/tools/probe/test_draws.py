@@ -123,3 +123,29 @@ def test_a_degenerate_distribution_is_not_informative():
 def test_requests_seeded_alike_are_pooled_once():
     pooled, left = draws.pool({1: 7, 2: None, 4: 17, 5: 17, 6: None})
     assert pooled == [1, 2, 4, 6] and left == {5: "seeded like request 4"}
+
+
+def test_coincidences_bound_and_which_tokens_count():
+    assert draws.coincidence_p(0, 3.0) == 1.0
+    assert draws.coincidence_p(10, 0.5) == pytest.approx(math.exp(-(20 - math.expm1(2.0) * 0.5)))
+    earlier = draws.earlier_tokens({1: {0: 5, 1: 6}, 3: {0: 5, 2: 9}, 4: {0: 7, 1: 6, 2: 1}})
+    assert earlier == {1: {}, 3: {0: {5}}, 4: {0: {5}, 1: {6}, 2: {9}}}
+
+
+def test_coincidences_are_calibrated_and_shared_noise_is_caught():
+    """Two rows of different diffuse distributions at each of 100 steps: drawn independently, the
+    coincidence bound's p is valid (no more than 3 standard deviations over a at 0.05, 200 samples);
+    drawn with one noise vector, rejected at ALPHA in at least 19 of 20 samples."""
+    independent, shared = [], []
+    for seed in range(200):
+        g = torch.Generator().manual_seed(seed)
+        q = distributions(g, 200, 1.0).view(100, 2, V)
+        for same in (False, True) if seed < 20 else (False,):
+            e1 = torch.empty(100, V, dtype=torch.float64).exponential_(generator=g)
+            e2 = e1 if same else torch.empty(100, V, dtype=torch.float64).exponential_(generator=g)
+            a, b = (q[:, 0] / e1).argmax(-1), (q[:, 1] / e2).argmax(-1)
+            hits, chance = int((a == b).sum()), float(q[:, 1].gather(1, a.unsqueeze(1)).sum())
+            (shared if same else independent).append(draws.coincidence_p(hits, chance))
+    rate = sum(p <= 0.05 for p in independent) / len(independent)
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / len(independent)), rate
+    assert sum(p < draws.ALPHA for p in shared) >= 19, shared

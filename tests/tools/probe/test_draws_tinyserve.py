@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults import BEFORE_TEMPERATURE_DRAW, GREEDY_DRAW, SQUARED_DRAW, buggy_tinyserve
+from tests.faults import BEFORE_TEMPERATURE_DRAW, GREEDY_DRAW, SHARED_NOISE_DRAW, SQUARED_DRAW, buggy_tinyserve
 from tools.probe import draws
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
@@ -66,6 +66,33 @@ def test_drawing_before_temperature_is_caught_at_a_low_temperature_in_eight_toke
     assert (
         result.draws is not None and result.draws.side == "high"
     )  # too flat: the tokens less likely than they should be
+
+
+@pytest.mark.slow
+def test_one_noise_vector_for_the_whole_batch_is_caught_by_its_coincidences(tmp_path):
+    """Each row's law is right, so only the rows' coincidences show it: three requests with one prompt
+    and seeds of their own draw the same token at the same step far more often than by chance."""
+    sampling = {"temperature": 0.8, "top_k": 40, "ignore_eos": True}
+    scenario = {
+        "model": {"arch": "llama", **BASE_MODEL, "initializer_range": 0.2},
+        "target": {"engine": "tinyserve", "dtype": "float32"},
+        "workload": {
+            "requests": [
+                {
+                    "prompt_ids": [5, 17, 42, 99, 260, 301, 7, 8],
+                    "max_tokens": 8,
+                    "sampling": {**sampling, "seed": 60 + i},
+                }
+                for i in range(3)
+            ]
+        },
+    }
+    result = Prober().probe(from_dict(scenario), buggy_tinyserve(tmp_path, *SHARED_NOISE_DRAW))
+    assert result.first is not None and result.first.tap == "sampler.draws", result.summary
+    assert result.draws is not None and result.draws.side == "together"
+    assert result.draws.coincidences > 4 * result.draws.expected
+    clean = Prober().probe(from_dict(scenario))
+    assert not clean.diverged and clean.draws is not None and clean.draws.verdict == "agree", clean.summary
 
 
 @pytest.mark.slow
