@@ -390,6 +390,7 @@ def _literal(v: str):
 
 def render_table(result: ProbeResult) -> str:
     from tools.probe import compare
+    from tools.probe.taps import DRAWS_TAP
 
     diverging = {compare.layer_key(s.tap) for s in result.stats if s.diverges}
 
@@ -407,8 +408,8 @@ def render_table(result: ProbeResult) -> str:
         lines.append(f"  steps {compare.compress(result.first.steps)}")
     for r, pos in result.tokens.items():
         lines.append(f"  request {r}: greedy tokens wrong from position {pos}")
-    if result.draws is not None and result.diverged and result.first and result.first.tap != "sampler.draws":
-        lines.append(f"  {result.draws.line()}")
+    if result.draws is not None and result.diverged and result.first and result.first.tap != DRAWS_TAP:
+        lines.append(f"  {result.draws.line()}")  # the summary above says it when the draws diverge first
     lines.append(f"engine runs: {result.engine_runs}")
     return "\n".join(lines)
 
