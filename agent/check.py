@@ -27,7 +27,7 @@ from tools.engines.runner import EngineRunError
 from tools.errors import AGREE, DIVERGED, EPILOG, BadInput, run_cli, writable_dir
 from tools.preflight import check_engine, check_options, check_target_source
 from tools.probe import compare
-from tools.probe.prober import Prober, ProbeResult, parse_spec, render_table
+from tools.probe.prober import Prober, ProbeResult, draws_dict, parse_spec, render_table
 from tools.scenario import EngineSpec, Scenario, load, unhonoured_sampling
 from tools.sweep.group import CellResult, Group, any_layer, group_cells, minimize
 from tools.sweep.matrix import (
@@ -88,8 +88,9 @@ def first_tap(result: ProbeResult) -> str:
 
 
 def verdict(cell: Cell, result: ProbeResult, seconds: float) -> CellResult:
+    draws = draws_dict(result.draws)
     if not result.diverged:
-        return CellResult(cell, "agree", seconds, result.summary, engine_runs=result.engine_runs)
+        return CellResult(cell, "agree", seconds, result.summary, engine_runs=result.engine_runs, draws=draws)
     first = result.first
     tap = first_tap(result)
     return CellResult(
@@ -101,6 +102,7 @@ def verdict(cell: Cell, result: ProbeResult, seconds: float) -> CellResult:
         ratio=first.ratio if first else None,
         engine_runs=result.engine_runs,
         detail=render_table(result),
+        draws=draws,
     )
 
 

@@ -104,6 +104,25 @@ MIN_P_HALVED = (
     "threshold = 0.5 * min_p.to(probs.dtype).unsqueeze(1) * probs.amax(dim=-1, keepdim=True)",
 )
 
+# Draws that stay inside the kept set but do not follow its probabilities (tools.probe.draws): a sampler
+# that ignores its random numbers, and an exponential race on sqrt(E), which draws in proportion to p^2.
+GREEDY_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = probs[i].argmax()")
+SQUARED_DRAW = ("tokens[i] = (probs[i] / race).argmax()", "tokens[i] = (probs[i] / race.sqrt()).argmax()")
+# one noise vector for every row of a batch (each row's law right, the rows' draws not independent)
+SHARED_NOISE_DRAW = (
+    "for i in (~st.greedy).nonzero().flatten().tolist():\n"
+    "            race = torch.empty_like(probs[i]).exponential_(generator=st.generators[i])",
+    "first = int((~st.greedy).nonzero()[0]) if bool((~st.greedy).any()) else 0\n"
+    "        shared = torch.empty_like(probs[0]).exponential_(generator=st.generators[first])\n"
+    "        for i in (~st.greedy).nonzero().flatten().tolist():\n"
+    "            race = shared",
+)
+# drawn from the distribution before temperature (p^T of the reported one) while reporting the one after
+BEFORE_TEMPERATURE_DRAW = (
+    "tokens[i] = (probs[i] / race).argmax()",
+    "tokens[i] = (probs[i] ** st.temperature[i] / race).argmax()",
+)
+
 
 def buggy_tinyserve(dest: Path, old: str, new: str, file: Path = TINYSERVE_SAMPLER) -> Path:
     """A copy of the pristine tinyserve with one edit in `file` (its sampler by default); returns the tree's root."""

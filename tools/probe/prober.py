@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # these import torch: loaded where a run or a comparison need
     # command line refuses bad input (tools.preflight) in a fraction of a second, not after torch's import
     from tools.engines.protocol import RunJob
     from tools.probe import compare
+    from tools.probe.draws import DrawTest
     from tools.probe.trace import Trace
 
 TEXT_TAP = "detokenizer"  # pseudo-tap: the target's text is not the decoding of its own tokens
@@ -42,6 +43,7 @@ class ProbeResult:
     target: Trace | None = None
     stats: list[compare.TapStat] = field(default_factory=list, repr=False)
     texts: list[int] = field(default_factory=list)  # requests whose text differs (see text_divergence)
+    draws: DrawTest | None = None  # the sampled tokens' uniformity test (None: no sampled request)
 
     @property
     def diverged(self) -> bool:
@@ -50,12 +52,18 @@ class ProbeResult:
     @property
     def summary(self) -> str:
         if not self.diverged:
-            return f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
+            agree = f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
+            # the draws' test could not run: say so rather than let "agree" cover it
+            undecided = self.draws is not None and self.draws.verdict == "undecided"
+            return agree + (f"; {self.draws.line()}" if undecided and self.draws else "")
         if self.first is None:
             return f"tokens differ at {self.tokens} but no tap crosses the threshold"
         from tools.probe import compare
+        from tools.probe.taps import DRAWS_TAP
 
         f = self.first
+        if f.tap == DRAWS_TAP and self.draws is not None:
+            return f"{self.draws.line()} (first at step {f.step})"
         return (
             f"first divergence at {f.tap} (step {f.step}, requests {f.requests}, "
             f"positions {compare.compress(f.positions)}, ratio {f.ratio:.3g})"
@@ -73,8 +81,28 @@ class ProbeResult:
             "divergent_taps": self.divergent_taps,
             "engine_runs": self.engine_runs,
             "text_divergence": self.texts,
+            "draws": draws_dict(self.draws),
             "summary": self.summary,
         }
+
+
+def draws_dict(test: DrawTest | None) -> dict | None:
+    """The uniformity test of the drawn tokens as report.json keeps it (None: no sampled request)."""
+    if test is None:
+        return None
+    return {
+        "verdict": test.verdict,
+        "p": test.p if test.verdict != "undecided" else None,
+        "side": test.side if test.verdict == "reject" else None,
+        "informative_draws": test.n,
+        "mean_pit": round(test.mean, 4) if test.n else None,
+        "coincidences": test.coincidences,  # same token as an earlier pooled request at the same step
+        "coincidences_expected": round(test.expected, 4),
+        "left_out_draws": test.skipped,
+        "requests": test.requests,
+        "requests_left_out": {str(r): why for r, why in test.left_out.items()},
+        "line": test.line(),
+    }
 
 
 class Prober:
@@ -228,7 +256,7 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
     (`trace.load(dir, lazy=True)`) the memory it needs does not grow with the number of layers."""
     from tools.probe import compare
     from tools.probe.align import iter_aligned
-    from tools.probe.sampler_taps import sampler_stats
+    from tools.probe.sampler_taps import sampler_judgement
 
     # an adapter may say its run is as coarse as a narrower dtype (llama.cpp quantizes activations
     # to 8 bits for quantized weights): its noise floor and token margin are that dtype's
@@ -243,7 +271,8 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
             f"(request {request}), so no engine can be compared with it; the model is broken, not the engine "
             "(check the checkpoint's weights and config for NaN, inf or out-of-range values)"
         )
-    stats += sampler_stats(scenario, target, high)
+    sampled, draws = sampler_judgement(scenario, target, high)
+    stats += sampled
     first = compare.first_divergence(stats)
     texts = text_divergence(scenario, target, high)
     taps = compare.divergent_taps(stats) + ([TEXT_TAP] if texts else [])
@@ -259,6 +288,7 @@ def compare_traces(scenario: Scenario, target: Trace, low: Trace, high: Trace) -
         target=target,
         stats=stats,
         texts=texts,
+        draws=draws,
     )
 
 
@@ -375,6 +405,7 @@ def _literal(v: str):
 
 def render_table(result: ProbeResult) -> str:
     from tools.probe import compare
+    from tools.probe.taps import DRAWS_TAP
 
     diverging = {compare.layer_key(s.tap) for s in result.stats if s.diverges}
 
@@ -392,6 +423,8 @@ def render_table(result: ProbeResult) -> str:
         lines.append(f"  steps {compare.compress(result.first.steps)}")
     for r, pos in result.tokens.items():
         lines.append(f"  request {r}: greedy tokens wrong from position {pos}")
+    if result.draws is not None and result.diverged and result.first and result.first.tap != DRAWS_TAP:
+        lines.append(f"  {result.draws.line()}")  # the summary above says it when the draws diverge first
     lines.append(f"engine runs: {result.engine_runs}")
     return "\n".join(lines)
 

@@ -15,14 +15,17 @@ reference's kept bounds on that input, a token within the noise margin of a cut 
 
 Upstream noise then cannot move a cut; a wrong cut, scale, order or renormalisation still does.
 A sampled token must lie in the reference's possibly-kept set (`sampler.token`); greedy tokens
-are judged by `tools.probe.prober.greedy_token_divergence`.
+are judged by `tools.probe.prober.greedy_token_divergence`. Whether the drawn tokens follow the kept
+probabilities, not just stay inside the kept set, is judged on all of them together by a uniformity
+test of their probability-integral values (tools.probe.draws), the pseudo-tap `sampler.draws`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tools.probe import compare
+from tools.probe import compare, draws
+from tools.probe import taps as tapnames
 from tools.probe.align import TapRows, index
 from tools.probe.sampling_ref import adjust_row, kept_bounds
 from tools.probe.trace import Trace
@@ -34,8 +37,23 @@ SAMPLER_INPUTS = ("sampler.probs", "sampler.token", "sampler.logits", "logits") 
 
 def sampler_stats(scenario: Scenario, target: Trace, high: Trace) -> list[compare.TapStat]:
     """TapStats of `sampler.probs` and `sampler.token` per request, judged as sampling."""
+    return sampler_judgement(scenario, target, high, with_draws=False)[0]
+
+
+def sampler_judgement(
+    scenario: Scenario, target: Trace, high: Trace, with_draws: bool = True
+) -> tuple[list[compare.TapStat], draws.DrawTest | None]:
+    """`sampler_stats`, and (`with_draws`) the test of the sampled requests' drawn tokens (None without
+    a sampled request) with its `sampler.draws` stats when it ran."""
     t_idx, y_idx = index(target, SAMPLER_INPUTS), index(high, SAMPLER_INPUTS)
-    stats = []
+    seeds = {
+        r: req.sampling.get("seed")
+        for r, req in enumerate(scenario.requests)
+        if not req.greedy and ("sampler.probs", r) in t_idx and ("sampler.token", r) in t_idx
+    }
+    pooled, left_out = draws.pool(seeds)
+    earlier = draws.earlier_tokens({r: _drawn_ids(t_idx[("sampler.token", r)]) for r in pooled})
+    stats, drawn, skipped = [], [], 0
     for r, req in enumerate(scenario.requests):
         probs = t_idx.get(("sampler.probs", r))
         if probs is None:
@@ -49,7 +67,61 @@ def sampler_stats(scenario: Scenario, target: Trace, high: Trace) -> list[compar
         tokens = t_idx.get(("sampler.token", r))
         if tokens is not None and not req.greedy:
             stats.append(token_stat(r, tokens, probs.positions, bounds))
-    return stats
+            if with_draws and r in pooled:
+                got, left = request_draws(r, probs, tokens, x, bounds, earlier.get(r, {}))
+                drawn += got
+                skipped += left
+    if not with_draws or not seeds:
+        return stats, None
+    test = draws.DrawTest.of(drawn, pooled, left_out, skipped)
+    return stats + draw_stats(test), test
+
+
+def _drawn_ids(tokens: TapRows) -> dict[int, int]:
+    """step -> the token drawn at it."""
+    return {step: int(tokens.tensor[i][0]) for i, step in enumerate(tokens.steps)}
+
+
+def request_draws(
+    r: int, probs: TapRows, tokens: TapRows, x: torch.Tensor, bounds, earlier: dict[int, set[int]]
+) -> tuple[list[draws.Draw], int]:
+    """One sampled request's informative draws (their PIT under the reference's kept probabilities on the
+    target's sampler input, the target's undecided tokens as it kept them; and whether each drew a token
+    `earlier` (step -> ids) pooled requests drew at its step, with the chance of that), and how many were
+    left out: degenerate, or drawn outside the reference's possibly-kept set (`token_stat` judges those)."""
+    rows = {p: i for i, p in enumerate(tokens.positions)}
+    v = draws.pit_uniforms(r)
+    out, skipped = [], 0
+    for i, p in enumerate(probs.positions):
+        if p not in rows:
+            continue
+        token, u_rand = int(tokens.tensor[rows[p]][0]), v.random()  # one v per draw, used or not
+        sure, maybe = bounds[i]
+        keep = sure | (maybe & (probs.tensor[i] > 0))
+        q = torch.softmax(x[i].double().masked_fill(~keep, float("-inf")), -1)
+        if not bool(keep[token]) or not draws.informative(q):
+            skipped += 1
+            continue
+        step = tokens.steps[rows[p]]
+        shared = sorted(earlier.get(step, ()))
+        chance = float(q[shared].sum()) if shared else 0.0
+        out.append(draws.Draw(r, p, step, draws.pit(q, token, u_rand), chance, token in shared))
+    return out, skipped
+
+
+def draw_stats(test: draws.DrawTest) -> list[compare.TapStat]:
+    """The test as one `sampler.draws` TapStat per pooled request with informative draws (none when it
+    could not run): every row carries the pooled verdict's ratio (`DrawTest.ratio`)."""
+    if test.verdict == "undecided":
+        return []
+    out = []
+    for r in test.requests:
+        mine = [d for d in test.draws if d.request == r]
+        if mine:
+            ratio = torch.full((len(mine),), test.ratio, dtype=torch.float64)
+            positions, steps = [d.position for d in mine], [d.step for d in mine]
+            out.append(compare.summarize(tapnames.DRAWS_TAP, r, positions, steps, ratio))
+    return out
 
 
 def row_bounds(x: torch.Tensor, req: Request, eps: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,7 +53,10 @@ LAYER_TAPS = (
     "out",
 )
 HEAD_TAPS = ("final_norm", "logits", "sampler.logits", "sampler.probs", "sampler.token")
-OUTPUT_TAPS = ("logits", "sampler.logits", "sampler.probs", "sampler.token")
+# pseudo-tap: the drawn tokens judged together, by a uniformity test of their PIT values (tools.probe.draws);
+# no engine reports it, and it is computed from `sampler.probs` and `sampler.token`
+DRAWS_TAP = "sampler.draws"
+OUTPUT_TAPS = ("logits", "sampler.logits", "sampler.probs", "sampler.token", DRAWS_TAP)
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
 
@@ -82,6 +85,7 @@ TAP_COMPONENT = {
     "sampler.logits": "sampler",
     "sampler.probs": "sampler",
     "sampler.token": "sampler",
+    DRAWS_TAP: "sampler",
     "detokenizer": "tokenizer",  # pseudo-tap: text vs. the decoding of the same tokens (tools.probe.prober)
 }
 

@@ -30,6 +30,7 @@ class CellResult:
     ratio: float | None = None
     engine_runs: int = 0
     detail: str = ""  # error message or the probe's table
+    draws: dict | None = None  # the drawn tokens' uniformity test (prober.draws_dict); None: no sampled request
 
 
 @dataclass
