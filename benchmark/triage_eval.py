@@ -28,7 +28,8 @@ ISSUES = REAL
 # 17e137a, fitted on since the fifth round), test5 and test6 (fifth and sixth collections, each scored once, then
 # fitted on), test7 (seventh collection, scored once at 16968fb, fitted on since the eighth round), test8 (eighth
 # collection, scored once at 08d72da, fitted on since the ninth round), test9 (ninth collection, scored once at
-# 60687b6, fitted on since the tenth round), test10 (tenth collection, held out; see benchmark/triage/real/README.md).
+# 60687b6, fitted on since the tenth round), test10 (tenth collection, scored once at 6f5f11b, fitted on since the
+# eleventh round; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = (
     "train",
@@ -175,7 +176,7 @@ def out_of_fold_report(issues: list[dict]) -> str:
     sw = w.get("silent_weight", 1.0)
     lines = [
         f"settings: C={w['C']} rule_scale={w['rule_scale']} silent_weight={sw} T={w['temperature']}"
-        f" silent_min={w['silent_min']}"
+        f" silent_min={w['silent_min']} silent_sure={w.get('silent_sure')}"
     ]
     schemes = {
         f"{triage_model.FOLDS}-fold": triage_model.out_of_fold(pool, w["C"], w["rule_scale"], silent_weight=sw),
@@ -184,7 +185,7 @@ def out_of_fold_report(issues: list[dict]) -> str:
     for name, rows in schemes.items():
         for split in ("all", *triage_model.FIT_SPLITS):
             part = [r for r, i in zip(rows, pool) if split == "all" or i["split"] == split]
-            f = triage_model.oof_figures(part, w["temperature"], w["silent_min"])
+            f = triage_model.oof_figures(part, w["temperature"], triage_model.threshold_of(w))
             lines.append(
                 f"{name:<20}{split:<7} n={len(part):<5} accuracy={f['accuracy']:.3f} silent P={f['silent_precision']:.3f}"
                 f" R={f['silent_recall']:.3f} ece={f['ece']:.3f}"
@@ -206,7 +207,7 @@ def family_of(repo: str) -> str:
 
 
 def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str, ...]) -> str:
-    """The shipped recipe (model.py: MASK, BALANCE and the setting grids) judged as `build` would meet a new
+    """The shipped recipe (model.py: MASK, BALANCE, GATE and the setting grids) judged as `build` would meet a new
     collection: each of `recent` held out in turn, and each tracker family, with every fitted thing (vectorizers,
     weights, temperature, threshold, setting) refitted without it (`model.nested_estimate`); beside it the old
     leave-one-split-out figure, whose threshold and temperature were chosen with the held-out split in view, and
@@ -226,10 +227,11 @@ def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str
     by_family = triage_model.nested_estimate(held, families, [*FAMILIES, "else"], recent)
     rows = triage_model.leave_one_split_out_grid(pool, grid, held=held)
     (best, t, m), _ = triage_model.choose(rows, np.isin(held.split, recent))
-    plain = [triage_model.decide(triage_model.softmax(z / t), m) for z, _ in rows[best]]
+    plain = [triage_model.decide(triage_model.softmax(r[0] / t), m, r[2]) for r in rows[best]]
     rules = [triage_rules.classify(i["title"], i["body"]).label for i in pool]
     lines = [
-        f"recipe: mask={triage_model.MASK} balance={triage_model.BALANCE} spread={triage_model.SPREAD} grid={grid}"
+        f"recipe: mask={triage_model.MASK} balance={triage_model.BALANCE} spread={triage_model.SPREAD}"
+        f" gate={triage_model.GATE} grid={grid}"
     ]
 
     def line(name: str, idx: list[int], pred) -> str:

@@ -50,6 +50,42 @@ def test_silent_is_decided_against_the_rest_by_its_threshold():
     assert triage_model.decide(p, 0.6) == LABELS.index("crash")  # below it: the best other label
 
 
+def test_with_the_gate_a_silent_answer_below_the_sure_threshold_needs_a_wrong_result_named():
+    s, crash = LABELS.index("silent"), LABELS.index("crash")
+    p = np.zeros(len(LABELS))
+    p[s], p[crash], p[LABELS.index("question")] = 0.45, 0.4, 0.15
+    assert triage_model.decide(p, (0.4, 0.6), wrong=True) == s  # a wrong result named: the lower threshold
+    assert triage_model.decide(p, (0.4, 0.6), wrong=False) == crash  # none: the model alone must be sure
+    p[s], p[crash] = 0.7, 0.15
+    assert triage_model.decide(p, (0.4, 0.6), wrong=False) == s
+    assert triage_model.decide(p, (0.4, 1.01), wrong=False) == crash  # 1.01: never silent without evidence
+    assert triage_model.decide(p, 0.4, wrong=False) == s  # a plain threshold (weights without the gate) ignores it
+    # what counts as a wrong result named: the rules see silent, or a wrong-result shape of the report
+    assert triage_model.wrong_result("Output is garbage after upgrading", "The answer is wrong, expected 4 but got 5.")
+    assert not triage_model.wrong_result("Server exits on start", TRACEBACK)
+    assert triage_model.threshold_of({"silent_min": 0.4}) == 0.4
+    assert triage_model.threshold_of({"silent_min": 0.35, "silent_sure": 0.5}) == (0.35, 0.5)
+    assert triage_model.threshold_of({}) is None
+
+
+def test_the_gate_is_chosen_with_the_threshold_and_rows_without_the_flag_count_as_evidenced():
+    s, crash = LABELS.index("silent"), LABELS.index("crash")
+
+    def row(p_silent: float, gold: int, wrong: bool) -> tuple[np.ndarray, int, bool]:
+        p = np.full(len(LABELS), 1e-3)
+        p[s], p[crash] = p_silent, 1.0 - p_silent
+        return np.log(p), gold, wrong
+
+    # silent issues name a wrong result; the confusable crashes at middling p(silent) do not
+    rows = [row(q, s, True) for q in (0.35, 0.45, 0.6, 0.8, 0.9)] + [row(q, crash, False) for q in (0.4, 0.5, 0.1)]
+    t, m = triage_model.choose_decision(rows)
+    assert isinstance(m, tuple) and m[1] > 0.5 >= m[0]  # the crashes need a surer model; the silent ones do not
+    f = triage_model.oof_figures(rows, t, m)
+    assert f["silent_precision"] == f["silent_recall"] == 1.0
+    plain = [(z, y) for z, y, _ in rows]  # no flag: every row counts as evidenced, the pair acts as its lower half
+    assert triage_model.oof_figures(plain, t, m) == triage_model.oof_figures(plain, t, m[0])
+
+
 def test_weights_without_the_shape_block_still_classify():
     issues = [
         {"title": f"[Bug] output is garbage {k}", "body": "Output: !!!!", "label": "silent"} for k in range(4)
@@ -77,7 +113,8 @@ def test_leave_one_split_out_scores_each_split_with_a_fit_on_the_others():
         for lab, t, b in kinds
     ]
     rows = triage_model.leave_one_split_out(pool, 4.0)
-    assert [y for _, y in rows] == [LABELS.index(i["label"]) for i in pool]
+    assert [r[1] for r in rows] == [LABELS.index(i["label"]) for i in pool]
+    assert [r[2] for r in rows] == [triage_model.wrong_result(i["title"], i["body"]) for i in pool]
     without_b = triage_model._ready(triage_model.fit([i for i in pool if i["split"] != "b"], 4.0))
     k = next(n for n, i in enumerate(pool) if i["split"] == "b")
     assert np.allclose(rows[k][0], triage_model.logits_of(without_b, pool[k]))
@@ -124,10 +161,10 @@ def test_the_setting_grid_scores_each_split_as_a_separate_fit_would():
     rows = triage_model.leave_one_split_out_grid(pool, grid)
     plain = triage_model.leave_one_split_out(pool, 4.0, 0.05)
     # the grid's fits stop at a looser tolerance and keep unrounded weights: the same logits to a few 1e-3
-    assert all(np.allclose(a, b, atol=5e-3) for (a, _), (b, _) in zip(rows[grid[0]], plain))
+    assert all(np.allclose(a, b, atol=5e-3) for (a, *_), (b, *_) in zip(rows[grid[0]], plain))
     s = LABELS.index("silent")
-    p1 = [triage_model.softmax(z)[s] for z, y in rows[grid[0]] if y == s]
-    p2 = [triage_model.softmax(z)[s] for z, y in rows[grid[1]] if y == s]
+    p1 = [triage_model.softmax(z)[s] for z, y, _ in rows[grid[0]] if y == s]
+    p2 = [triage_model.softmax(z)[s] for z, y, _ in rows[grid[1]] if y == s]
     assert all(b > a for a, b in zip(p1, p2))  # weighing `silent` twice raises p(silent) on silent issues
 
 
