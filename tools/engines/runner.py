@@ -107,6 +107,7 @@ class EngineRun:
         self._done = threading.Event()
         self._ended: tuple[int | None, str] | BaseException | None = None  # (exit code, log), or what execute raised
         self._trace: Trace | None = None
+        self._ended_at = self._outputs_at = 0.0  # when its worker ended; when `outputs()` had them before that
         try:
             (self.dir / "job.json").write_text(json.dumps(job.to_json()))
             self.started = time.monotonic()
@@ -124,6 +125,7 @@ class EngineRun:
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread by result()
             self._ended = e
         finally:
+            self._ended_at = time.monotonic()
             self._done.set()
 
     def _on_start(self, pid: int) -> None:
@@ -141,6 +143,7 @@ class EngineRun:
             while not self._done.wait(self.POLL_S):
                 early = trace_io.load_outputs(self.dir / "trace")
                 if early is not None:
+                    self._outputs_at = time.monotonic()
                     return early
         except BaseException:
             self.cancel()
@@ -157,6 +160,7 @@ class EngineRun:
         engine = self.job.spec.engine
         try:
             self._done.wait()
+            joined = time.monotonic()
             if isinstance(self._ended, BaseException):
                 raise self._ended
             assert self._ended is not None  # set before _done
@@ -173,7 +177,10 @@ class EngineRun:
         except BaseException:
             self.cancel()
             raise
-        out.meta["wall_s"] = time.monotonic() - self.started
+        # the worker's wall time and this process's reading, not the time the caller spent elsewhere before joining
+        out.meta["wall_s"] = self._ended_at - self.started + time.monotonic() - joined
+        if self._outputs_at:  # how long the worker went on after its outputs were out (its save), beside the caller
+            out.meta["after_outputs_s"] = max(0.0, self._ended_at - self._outputs_at)
         out.meta["timing"] = run_timing(timing, out.meta["wall_s"], time.monotonic() - loading)
         if keep_temp():
             out.meta["run_dir"] = str(self.dir)

@@ -303,13 +303,19 @@ def save_waits(tmp_path, monkeypatch):
 def test_a_run_s_outputs_come_before_its_save_and_its_trace_after(tmp_path, mode, save_waits):
     """EngineRun.outputs: what a reference needs of the target (its tokens, its meta) while the worker still
     writes its trace; result() then joins the worker and gives the whole trace, with the same outputs."""
+    started = time.monotonic()
     run = EngineRun(dataclasses.replace(tiny_job(), taps=["logits"]), save_waits, workdir=tmp_path)
     early = run.outputs()
     worker = int((tmp_path / "pid").read_text())
     assert alive(worker) and not (run.dir / "trace" / "trace.json").exists()  # still in its save
     assert len(early.outputs[0].output_ids) == 2 and early.blocks() == []
+    time.sleep(0.3)
     (tmp_path / "go").write_text("")
+    while not run.ended:
+        time.sleep(0.02)
+    time.sleep(1.0)  # the caller busy elsewhere (a reference) before it joins: not the run's time
     trace = run.result()
+    assert trace.meta["after_outputs_s"] >= 0.3 and trace.meta["wall_s"] < time.monotonic() - started - 0.9
     assert (
         trace.sequences() == early.sequences() and early.meta and {k: trace.meta[k] for k in early.meta} == early.meta
     )
