@@ -37,12 +37,12 @@ SAVE_FAILS = (
 )
 
 
-def scenario():
+def scenario(engine: str = "tinyserve"):
     """A float32 target: two references (float64 and float32), the first started during the target's save."""
     return from_dict(
         {
             "model": {"arch": "llama", "seed": 0},
-            "target": {"engine": "tinyserve", "dtype": "float32"},
+            "target": {"engine": engine, "dtype": "float32"},
             "workload": {"requests": [{"prompt_ids": [1, 5, 9, 4], "max_tokens": 3, "sampling": {"ignore_eos": True}}]},
         }
     )
@@ -102,3 +102,24 @@ def test_a_target_hanging_in_its_save_with_a_reference_running_is_a_timeout(tmp_
     assert prober._reference_cache == {}
     del err
     assert left_behind(tmp_path, runs_dir) == (False, set(), [])
+
+
+def test_the_overlapped_probe_finds_what_the_joined_runs_find(tmp_path, monkeypatch):
+    """The same verdict and every TapStat whether the references start on the target's outputs
+    (Prober.probe) or after its worker was joined (its trace in hand), on a target with a real fault."""
+    from tests.faults import MLP_DOWN_OFFSET, write_fault
+    from tools.probe.prober import compare_traces
+
+    monkeypatch.delenv("DIFFDX_KEEP_TEMP", raising=False)
+    sc = scenario("transformers")
+    src = write_fault(tmp_path / "tree", MLP_DOWN_OFFSET, "llama", layer=1, delta=0.01)
+    overlapped = Prober().probe(sc, target_source=src)
+    prober = Prober()
+    target = prober.run_target(sc, src)
+    teacher, weights = target.sequences(), target.meta.get("weights")
+    high = prober.run_reference(sc, sc.reference.dtype, teacher, None, weights=weights)
+    low = prober.run_reference(sc, sc.target.dtype, teacher, None, weights=weights)
+    joined = compare_traces(sc, target, low, high)
+    assert overlapped.first is not None and overlapped.first.tap == "layers.1.mlp.down"
+    assert overlapped.summary == joined.summary and overlapped.stats == joined.stats
+    assert overlapped.tokens == joined.tokens and overlapped.engine_runs == 3
