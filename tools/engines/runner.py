@@ -19,13 +19,15 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tools.engines.forkserver import ForkServer, ZygoteUnavailable
 from tools.engines.treepreload import tree_fingerprint
-from tools.procgroup import run_in_group
+from tools.procgroup import kill_group, run_in_group
 
 if TYPE_CHECKING:  # imported where used: this module imports no torch, so a zygote can start before it does
     from tools.engines.protocol import RunJob
@@ -73,39 +75,166 @@ def run_engine(
     """RunJob -> Trace, computed in a fresh interpreter with `source_root` first on the path. The
     trace is read lazily, one tap at a time by whoever compares it, so the run's folder lives as long
     as the trace does and is removed after it (at once on failure), unless DIFFDX_KEEP_TEMP is set."""
-    from tools.probe import trace as trace_io
+    return EngineRun(job, source_root, timeout, workdir).result()
 
-    tmp = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
-    release = (lambda: None) if keep_temp() else trace_io.remove_folder(tmp)
+
+class EngineRun:
+    """One engine run, started: `outputs()` is what it generated as soon as its worker has it (before the
+    worker writes its rows), `result()` the whole run as run_engine returns it, `cancel()` gives it up.
+    The worker is waited on by a thread of this process; a caller that is interrupted, or gives up, kills its group.
+
+    A caller that needs only a run's outputs (a reference teacher-forced on the target's tokens) starts on
+    them while the worker writes its trace, then joins it with `result()`, which raises as run_engine does
+    whatever the worker did after its outputs were out (a crash or a hang during its save)."""
+
+    POLL_S = 0.02  # how often `outputs()` looks for the outputs file while the worker runs
+
+    def __init__(
+        self,
+        job: RunJob,
+        source_root: str | Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        workdir: str | Path | None = None,
+    ):
+        from tools.probe import trace as trace_io
+
+        self.job, self.timeout = job, timeout
+        self.dir = Path(tempfile.mkdtemp(prefix="diffdx-run-", dir=workdir))
+        self._release = (lambda: None) if keep_temp() else trace_io.remove_folder(self.dir)
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._cancelled = False
+        self._done = threading.Event()
+        self._ended: tuple[int | None, str] | BaseException | None = None  # (exit code, log), or what execute raised
+        self._trace: Trace | None = None
+        self._ended_at = self._outputs_at = 0.0  # when its worker ended; when `outputs()` had them before that
+        try:
+            (self.dir / "job.json").write_text(json.dumps(job.to_json()))
+            self.started = time.monotonic()
+            env = worker_env(source_root, engine=job.spec.engine)
+        except BaseException:
+            self._release()
+            raise
+        args = [str(self.dir / "job.json"), str(self.dir / "trace")]
+        self._thread = threading.Thread(target=self._execute, args=(args, env), daemon=True, name="engine-run")
+        self._thread.start()
+
+    def _execute(self, args: list[str], env: dict) -> None:
+        try:
+            self._ended = execute(args, env, self.dir, self.timeout, self.job.spec.engine, on_start=self._on_start)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread by result()
+            self._ended = e
+        finally:
+            self._ended_at = time.monotonic()
+            self._done.set()
+
+    def _on_start(self, pid: int) -> None:
+        with self._lock:
+            self._pid = pid
+            if self._cancelled:  # given up while the worker was being started
+                _kill_worker(pid)
+
+    def outputs(self) -> Trace:
+        """The run's outputs and meta (no rows) once its worker has written them; the whole trace if it
+        ended first; EngineRunError if it failed before they were out (as `result()`)."""
+        from tools.probe import trace as trace_io
+
+        try:
+            while not self._done.wait(self.POLL_S):
+                early = trace_io.load_outputs(self.dir / "trace")
+                if early is not None:
+                    self._outputs_at = time.monotonic()
+                    return early
+        except BaseException:
+            self.cancel()
+            raise
+        return self.result()
+
+    def result(self) -> Trace:
+        """The run's trace, its worker joined (exit code, log, timing); EngineRunError when it crashed or
+        timed out, its folder then removed. Idempotent."""
+        from tools.probe import trace as trace_io
+
+        if self._trace is not None:
+            return self._trace
+        engine = self.job.spec.engine
+        try:
+            self._done.wait()
+            joined = time.monotonic()
+            if isinstance(self._ended, BaseException):
+                raise self._ended
+            assert self._ended is not None  # set before _done
+            code, log = self._ended
+            if code is None:
+                raise EngineRunError(f"{engine} run timed out after {self.timeout:.0f}s", "timeout", log[-4000:])
+            if code != 0:
+                raise EngineRunError(f"{engine} run failed (exit {code}): {_last_line(log)}", "crash", log[-4000:])
+            worker_timing = self.dir / "trace" / "timing.json"
+            timing = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
+            loading = time.monotonic()
+            # may remove the folder: read it before
+            out = trace_io.load(self.dir / "trace", lazy=True, release=self._release)
+        except BaseException:
+            self.cancel()
+            raise
+        # the worker's wall time and this process's reading, not the time the caller spent elsewhere before joining
+        out.meta["wall_s"] = self._ended_at - self.started + time.monotonic() - joined
+        if self._outputs_at:  # how long the worker went on after its outputs were out (its save), beside the caller
+            out.meta["after_outputs_s"] = max(0.0, self._ended_at - self._outputs_at)
+        out.meta["timing"] = run_timing(timing, out.meta["wall_s"], time.monotonic() - loading)
+        if keep_temp():
+            out.meta["run_dir"] = str(self.dir)
+        log_run(self.job, out.meta["timing"], out.meta["wall_s"])
+        self._trace = out
+        return out
+
+    @property
+    def ended(self) -> bool:
+        """Its worker has ended (well or not: `result()` says which) or could not start."""
+        return self._done.is_set()
+
+    @property
+    def joined(self) -> bool:
+        """`result()` returned the run's trace."""
+        return self._trace is not None
+
+    def cancel(self) -> None:
+        """Give the run up: its worker's group killed if it still runs, the thread joined, the folder
+        removed (unless kept). Nothing once `result()` returned a trace: the folder is that trace's."""
+        if self._trace is not None:
+            return
+        with self._lock:
+            self._cancelled = True
+            pid = self._pid
+            if pid is not None and not self._done.is_set():
+                _kill_worker(pid)
+        # a worker not yet started (its zygote still importing) is killed by _on_start when it is, or never runs
+        self._thread.join(None if pid is not None else 5.0)
+        self._release()
+
+
+def _kill_worker(pid: int) -> None:
+    """The worker's group, and the worker itself in case it has not yet made its own group (forked)."""
+    kill_group(pid)
     try:
-        (tmp / "job.json").write_text(json.dumps(job.to_json()))
-        started = time.monotonic()
-        env = worker_env(source_root, engine=job.spec.engine)
-        code, log = execute([str(tmp / "job.json"), str(tmp / "trace")], env, tmp, timeout, job.spec.engine)
-        if code is None:
-            raise EngineRunError(f"{job.spec.engine} run timed out after {timeout:.0f}s", "timeout", log[-4000:])
-        if code != 0:
-            raise EngineRunError(f"{job.spec.engine} run failed (exit {code}): {_last_line(log)}", "crash", log[-4000:])
-        worker_timing = tmp / "trace" / "timing.json"
-        timing = json.loads(worker_timing.read_text()) if worker_timing.exists() else {}
-        loading = time.monotonic()
-        out = trace_io.load(tmp / "trace", lazy=True, release=release)  # may remove the folder: read it before
-    except BaseException:
-        release()
-        raise
-    out.meta["wall_s"] = time.monotonic() - started
-    out.meta["timing"] = run_timing(timing, out.meta["wall_s"], time.monotonic() - loading)
-    if keep_temp():
-        out.meta["run_dir"] = str(tmp)
-    log_run(job, out.meta["timing"], out.meta["wall_s"])
-    return out
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
-def execute(args: list[str], env: dict, cwd: Path, timeout: float, engine: str | None = None) -> tuple[int | None, str]:
+def execute(
+    args: list[str],
+    env: dict,
+    cwd: Path,
+    timeout: float,
+    engine: str | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> tuple[int | None, str]:
     """Run the worker module -> (exit code, or None on timeout; its output). Forked from the zygote
     when that is on and possible, else a plain subprocess; either way in its own process group,
     killed as a whole at the timeout or when the caller is interrupted. A tree zygote (tree_server)
-    comes first; the time spent waiting for it to be ready counts against the run's `timeout`."""
+    comes first; the time spent waiting for it to be ready counts against the run's `timeout`.
+    `on_start`: called with the worker's pid (its group) once it runs (EngineRun kills it from another thread)."""
     started = time.monotonic()
     for find in (lambda: tree_server(env, engine, timeout), lambda: fork_server(env)):  # the shared one only if needed
         server = find()
@@ -114,16 +243,20 @@ def execute(args: list[str], env: dict, cwd: Path, timeout: float, engine: str |
             return None, "the tree under test's import did not finish within the run's time (its zygote)"
         if server is not None:
             try:
-                return _execute_forked(server, args, env, cwd, left)
+                return _execute_forked(server, args, env, cwd, left, on_start)
             except ZygoteUnavailable:
                 pass
-    return _execute_plain(args, env, cwd, timeout - (time.monotonic() - started))
+    return _execute_plain(args, env, cwd, timeout - (time.monotonic() - started), on_start)
 
 
-def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
+def _execute_forked(
+    server: ForkServer, args, env, cwd: Path, timeout: float, on_start: Callable[[int], None] | None = None
+) -> tuple[int | None, str]:
     log = cwd / "worker.log"
     run = server.spawn(WORKER_MODULE, args, env, str(cwd), str(log))
     try:
+        if on_start is not None:
+            on_start(run.pid)
         code = run.wait(timeout)
         if code is None:
             run.kill()
@@ -135,8 +268,10 @@ def _execute_forked(server: ForkServer, args, env, cwd: Path, timeout: float) ->
     return code, log.read_text(errors="replace") if log.exists() else ""
 
 
-def _execute_plain(args, env, cwd: Path, timeout: float) -> tuple[int | None, str]:
-    return run_in_group([sys.executable, "-m", WORKER_MODULE, *args], cwd, env, timeout)
+def _execute_plain(
+    args, env, cwd: Path, timeout: float, on_start: Callable[[int], None] | None = None
+) -> tuple[int | None, str]:
+    return run_in_group([sys.executable, "-m", WORKER_MODULE, *args], cwd, env, timeout, on_start)
 
 
 def fork_server(env: dict) -> ForkServer | None:

@@ -125,6 +125,9 @@ def main(job_path: str, out_dir: str) -> int:
     if checks_root:
         trace.meta["function_checks"] = judge(calls, contract_context(engine, job))
     saving, saving_cpu = time.monotonic(), time.process_time()
+    # the outputs first: a caller that needs only them (a reference teacher-forced on the tokens) starts
+    # while the rows are written (tools.engines.runner.EngineRun.outputs); it still joins this process
+    trace_io.save_outputs(trace, out_dir)
     trace_io.save(trace, out_dir, widest=stored_precision(job.scenario.target.dtype))
     # where the worker's time went, for benchmark.perf (the runner adds start-up and loading), and
     # this process's CPU seconds in each part (on a shared machine, what a change saves shows there)

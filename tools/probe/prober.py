@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tools import progress
-from tools.engines.runner import EngineRunError, end_cleanly, run_engine
+from tools.engines.runner import EngineRun, EngineRunError, end_cleanly, run_engine
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
 
@@ -127,6 +127,22 @@ class Prober:
         op_checks: bool = False,
     ) -> Trace:
         """`timeout`: seconds for this run (default: the prober's)."""
+        run = self.start_target(scenario, source, taps, native_kernels, coverage, function_checks, timeout, op_checks)
+        with progress.task(f"engine run {self.engine_runs}: {run.job.spec.engine} {run.job.spec.dtype} (target)"):
+            return self._logged("target", run.job, source, run.result())
+
+    def start_target(
+        self,
+        scenario: Scenario,
+        source: Path | None,
+        taps=None,
+        native_kernels=(),
+        coverage: bool = False,
+        function_checks: bool = False,
+        timeout: float | None = None,
+        op_checks: bool = False,
+    ) -> EngineRun:
+        """The target run, started (run_target's arguments); its line in `runs` is the caller's to log."""
         from tools.engines.protocol import RunJob, check_spec
         from tools.probe.checkpoints import ensure_checkpoint
 
@@ -143,8 +159,59 @@ class Prober:
             op_checks=(str(source) if source else "") if op_checks else None,
         )
         self.engine_runs += 1
-        with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (target)"):
-            return self._logged("target", job, source, run_engine(job, source, timeout=timeout or self.timeout))
+        return EngineRun(job, source, timeout=timeout or self.timeout)
+
+    def run_engines(
+        self,
+        scenario: Scenario,
+        target_source: Path | None = None,
+        reference_source: Path | None = None,
+        taps=None,
+        native_kernels=(),
+        coverage: bool = False,
+        timeout: float | None = None,
+    ) -> tuple[Trace, Trace, Trace]:
+        """The probe's three runs -> (target, low, high): the target, then the references teacher-forced on its
+        tokens, in the trusted dtype (high) and in the target's (low, the same run when they are one dtype).
+        The references start as soon as the target's worker has its outputs, while it writes its trace (its
+        save, hundreds of MB for a real model, is off the critical path), and the target is joined before
+        anything reads its trace: a target that fails, during its save too, raises its EngineRunError as if
+        the references had waited for it, and references run on its outputs are dropped (their folders too)."""
+        run = self.start_target(scenario, target_source, taps, native_kernels, coverage, timeout=timeout)
+        cached = set(self._reference_cache)
+        slot = len(self.runs)  # the target's line in `runs` comes before its references', as when it ran first
+        high = low = None
+        try:
+            with progress.task(f"engine run {self.engine_runs}: {run.job.spec.engine} {run.job.spec.dtype} (target)"):
+                early = run.outputs()
+            teacher, weights = early.sequences(), early.meta.get("weights")
+            high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
+            try:
+                high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights, timeout)
+                if run.ended:
+                    run.result()  # a target that failed meanwhile: no second reference on its outputs
+                low = (
+                    high
+                    if scenario.target.dtype == high_dtype
+                    else self.run_reference(
+                        scenario, scenario.target.dtype, teacher, reference_source, taps, weights, timeout
+                    )
+                )
+            except EngineRunError:
+                run.result()  # the target's own failure, when it failed too, is the one to report: it came first
+                raise
+            target = run.result()
+        except BaseException:
+            if run.joined:  # a reference failed (or the caller was interrupted) after a target that answered
+                raise
+            run.cancel()
+            high = low = None  # this frame outlives the raise in its traceback: hold no reference's folder
+            for key in set(self._reference_cache) - cached:
+                del self._reference_cache[key]
+            raise
+        self._logged("target", run.job, target_source, target, slot)
+        assert low is not None and high is not None  # set above, or raised
+        return target, low, high
 
     def run_reference(
         self,
@@ -189,16 +256,18 @@ class Prober:
                 )
         return self._reference_cache[key]
 
-    def _logged(self, role: str, job: RunJob, source: Path | None, trace: Trace) -> Trace:
-        """Record what ran (a failed run raises before this and is not a run that answered)."""
-        self.runs.append(
+    def _logged(self, role: str, job: RunJob, source: Path | None, trace: Trace, slot: int | None = None) -> Trace:
+        """Record what ran (a failed run raises before this and is not a run that answered), at `slot` in `runs`
+        (default: last)."""
+        self.runs.insert(
+            len(self.runs) if slot is None else slot,
             {
                 "role": role,
                 "engine": job.spec.engine,
                 "dtype": job.spec.dtype,
                 "source": str(source) if source else None,
                 "imported": imported_from(trace.meta),
-            }
+            },
         )
         return trace
 
@@ -214,14 +283,8 @@ class Prober:
     ) -> ProbeResult:
         """`timeout`: seconds for each engine run of this probe (default: the prober's)."""
         runs_before = self.engine_runs
-        target = self.run_target(scenario, target_source, taps, native_kernels, coverage, timeout=timeout)
-        teacher, weights = target.sequences(), target.meta.get("weights")
-        high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
-        high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights, timeout)
-        low = (
-            high
-            if scenario.target.dtype == high_dtype
-            else self.run_reference(scenario, scenario.target.dtype, teacher, reference_source, taps, weights, timeout)
+        target, low, high = self.run_engines(
+            scenario, target_source, reference_source, taps, native_kernels, coverage, timeout
         )
         result = compare_traces(scenario, target, low, high)
         result.engine_runs = self.engine_runs - runs_before

@@ -243,6 +243,37 @@ def save(trace: Trace, out_dir: str | Path, widest: torch.dtype | None = None) -
     return out
 
 
+OUTPUTS = "outputs.json"  # a run's outputs and meta, written before its rows (save_outputs)
+
+
+def save_outputs(trace: Trace, out_dir: str | Path) -> Path:
+    """What a caller may need before the rows are written (the token sequences a reference is teacher-forced
+    on, the meta it mirrors): `outputs.json` in `out_dir`, `trace.json` less its blocks, made whole in one
+    rename so that a reader polling for it never sees part of it (tools.engines.runner.EngineRun.outputs)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "engine": trace.engine,
+        "dtype": trace.dtype,
+        "meta": trace.meta,
+        "outputs": [asdict(o) for o in trace.outputs],
+    }
+    part = out / (OUTPUTS + ".part")
+    part.write_text(json.dumps(doc))
+    os.replace(part, out / OUTPUTS)
+    return out / OUTPUTS
+
+
+def load_outputs(out_dir: str | Path) -> Trace | None:
+    """The trace of `save_outputs` in `out_dir`: outputs and meta, no rows; None while it is not written."""
+    path = Path(out_dir) / OUTPUTS
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    return Trace(doc["engine"], doc["dtype"], _outputs(doc), meta=doc["meta"])
+
+
 def load(out_dir: str | Path, lazy: bool = False, release: Callable[[], None] | None = None) -> Trace:
     """The trace saved in `out_dir`. `lazy`: its blocks read their tensors from the file on each access
     and keep none, so a caller that takes one tap at a time holds one tap in memory. `release`: called

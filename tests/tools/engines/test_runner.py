@@ -16,7 +16,7 @@ import pytest
 
 from tests.tools.procs import alive, group_members
 from tools.engines.protocol import RunJob
-from tools.engines.runner import DIFFDX_ROOT, EngineRunError, run_engine
+from tools.engines.runner import DIFFDX_ROOT, EngineRun, EngineRunError, run_engine
 from tools.probe.checkpoints import ensure_checkpoint
 from tools.scenario import from_dict
 
@@ -276,3 +276,60 @@ def test_what_a_worker_leaves_to_its_exit_is_not_freed_object_by_object(tmp_path
     left, dropped = tmp_path / "left", tmp_path / "dropped"
     assert exit_of_child(left, leave=True) == 0 and not left.exists()
     assert exit_of_child(dropped, leave=False) == 0 and dropped.read_text() == "freed"
+
+
+# A tree whose worker's save waits for a file to appear (GO_FILE) before writing the trace: its outputs are out.
+SAVE_WAITS = (
+    "import os, time\n"
+    "import tools.probe.trace as trace_io\n"
+    "open(os.environ['PIDS_FILE'], 'w').write(str(os.getpid()))\n"
+    "_save = trace_io.save\n"
+    "def save(*args, **kwargs):\n"
+    "    deadline = time.monotonic() + 120\n"
+    "    while not os.path.exists(os.environ['GO_FILE']) and time.monotonic() < deadline:\n"
+    "        time.sleep(0.02)\n"
+    "    return _save(*args, **kwargs)\n"
+    "trace_io.save = save\n"
+)
+
+
+@pytest.fixture
+def save_waits(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIDS_FILE", str(tmp_path / "pid"))
+    monkeypatch.setenv("GO_FILE", str(tmp_path / "go"))
+    return tree_with(tmp_path, SAVE_WAITS)
+
+
+def test_a_run_s_outputs_come_before_its_save_and_its_trace_after(tmp_path, mode, save_waits):
+    """EngineRun.outputs: what a reference needs of the target (its tokens, its meta) while the worker still
+    writes its trace; result() then joins the worker and gives the whole trace, with the same outputs."""
+    started = time.monotonic()
+    run = EngineRun(dataclasses.replace(tiny_job(), taps=["logits"]), save_waits, workdir=tmp_path)
+    early = run.outputs()
+    worker = int((tmp_path / "pid").read_text())
+    assert alive(worker) and not (run.dir / "trace" / "trace.json").exists()  # still in its save
+    assert len(early.outputs[0].output_ids) == 2 and early.blocks() == []
+    time.sleep(0.3)
+    (tmp_path / "go").write_text("")
+    while not run.ended:
+        time.sleep(0.02)
+    time.sleep(1.0)  # the caller busy elsewhere (a reference) before it joins: not the run's time
+    trace = run.result()
+    assert trace.meta["after_outputs_s"] >= 0.3 and trace.meta["wall_s"] < time.monotonic() - started - 0.9
+    assert (
+        trace.sequences() == early.sequences() and early.meta and {k: trace.meta[k] for k in early.meta} == early.meta
+    )
+    assert [b.tensor.shape[0] for b in trace.blocks()] == [2] and trace.meta["timing"]["save_s"] > 0
+    del trace, run
+    gc.collect()
+    assert run_folders(tmp_path) == []
+
+
+def test_a_run_given_up_during_its_save_leaves_no_worker_and_no_folder(tmp_path, mode, save_waits):
+    run = EngineRun(tiny_job(), save_waits, workdir=tmp_path)
+    run.outputs()
+    worker = int((tmp_path / "pid").read_text())
+    run.cancel()
+    time.sleep(0.5)
+    assert not alive(worker) and group_members({worker}) == set()
+    assert run_folders(tmp_path) == []
