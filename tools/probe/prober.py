@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tools import progress
-from tools.engines.runner import EngineRun, EngineRunError, end_cleanly, run_engine
+from tools.engines.runner import EngineRun, EngineRunError, end_cleanly, run_engine, spare_core
 from tools.errors import EPILOG, BadInput, run_cli
 from tools.scenario import EngineSpec, Scenario, check_reference_dtype, load
 
@@ -173,8 +173,9 @@ class Prober:
     ) -> tuple[Trace, Trace, Trace]:
         """The probe's three runs -> (target, low, high): the target, then the references teacher-forced on its
         tokens, in the trusted dtype (high) and in the target's (low, the same run when they are one dtype).
-        The references start as soon as the target's worker has its outputs, while it writes its trace (its
-        save, hundreds of MB for a real model, is off the critical path), and the target is joined before
+        Where a worker leaves a core idle (runner.spare_core), the references start as soon as the target's worker
+        has its outputs, while it writes its trace (its save, hundreds of MB for a real model, is off the critical
+        path); else they wait for the target's run to end. Either way the target is joined before
         anything reads its trace: a target that fails, during its save too, raises its EngineRunError as if
         the references had waited for it, and references run on its outputs are dropped (their folders too)."""
         run = self.start_target(scenario, target_source, taps, native_kernels, coverage, timeout=timeout)
@@ -183,7 +184,7 @@ class Prober:
         high = low = None
         try:
             with progress.task(f"engine run {self.engine_runs}: {run.job.spec.engine} {run.job.spec.dtype} (target)"):
-                early = run.outputs()
+                early = run.outputs() if spare_core() else run.result()
             teacher, weights = early.sequences(), early.meta.get("weights")
             high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
             try:

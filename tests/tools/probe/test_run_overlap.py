@@ -12,7 +12,9 @@ import time
 import pytest
 
 from tests.tools.procs import alive, group_members
-from tools.engines.runner import EngineRunError
+from tools.engines import runner
+from tools.engines.runner import EngineRunError, spare_core
+from tools.probe import prober as prober_module
 from tools.probe.prober import Prober
 from tools.scenario import from_dict
 
@@ -24,7 +26,7 @@ SAVE_FAILS = (
     "open(os.environ['PIDS_FILE'], 'w').write(str(os.getpid()))\n"
     "def save(trace, out_dir, widest=None):\n"
     "    own = os.path.dirname(os.path.abspath(out_dir))\n"
-    "    deadline = time.monotonic() + 120\n"
+    "    deadline = time.monotonic() + float(os.environ.get('WAIT_S', '120'))\n"
     "    while time.monotonic() < deadline:\n"
     "        others = [d for d in glob.glob(os.path.dirname(own) + '/diffdx-run-*') if d != own]\n"
     "        if any(os.path.exists(d + '/job.json') for d in others):\n"
@@ -57,6 +59,7 @@ def runs_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("PIDS_FILE", str(tmp_path / "pid"))
     monkeypatch.setenv("SEEN_FILE", str(tmp_path / "seen"))
     monkeypatch.delenv("DIFFDX_KEEP_TEMP", raising=False)
+    monkeypatch.setattr(prober_module, "spare_core", lambda: True)  # the overlapped schedule, on any machine
     return runs
 
 
@@ -111,6 +114,7 @@ def test_the_overlapped_probe_finds_what_the_joined_runs_find(tmp_path, monkeypa
     from tools.probe.prober import compare_traces
 
     monkeypatch.delenv("DIFFDX_KEEP_TEMP", raising=False)
+    monkeypatch.setattr(prober_module, "spare_core", lambda: True)
     sc = scenario("transformers")
     src = write_fault(tmp_path / "tree", MLP_DOWN_OFFSET, "llama", layer=1, delta=0.01)
     overlapped = Prober().probe(sc, target_source=src)
@@ -123,3 +127,30 @@ def test_the_overlapped_probe_finds_what_the_joined_runs_find(tmp_path, monkeypa
     assert overlapped.first is not None and overlapped.first.tap == "layers.1.mlp.down"
     assert overlapped.summary == joined.summary and overlapped.stats == joined.stats
     assert overlapped.tokens == joined.tokens and overlapped.engine_runs == 3
+
+
+def test_without_a_spare_core_the_references_wait_for_the_target(tmp_path, runs_dir, monkeypatch):
+    """Where the engines' threads hold every core, nothing runs beside the target's save: a target failing in
+    its save fails before any reference starts."""
+    monkeypatch.setattr(prober_module, "spare_core", lambda: False)
+    monkeypatch.setenv("WAIT_S", "1")  # the save waits this long for a reference that must not come
+    prober = Prober(timeout=300)
+    with pytest.raises(EngineRunError) as err:
+        prober.probe(scenario(), target_source=failing_tree(tmp_path, "os.kill(os.getpid(), signal.SIGSEGV)"))
+    assert err.value.kind == "crash" and "failing in the save" in err.value.log
+    assert not (tmp_path / "seen").exists() and prober.runs == [] and prober._reference_cache == {}
+    del err
+    assert left_behind(tmp_path, runs_dir) == (False, set(), [])
+
+
+def test_a_spare_core_is_one_the_engine_threads_leave_idle(monkeypatch):
+    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert spare_core()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert not spare_core()
+    monkeypatch.delenv("OMP_NUM_THREADS")  # torch's default: a thread a core
+    assert not spare_core()
+    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert spare_core()
