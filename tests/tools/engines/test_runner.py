@@ -4,6 +4,7 @@ the tree under test fresh (its sitecustomize included)."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
 import os
@@ -259,6 +260,9 @@ def exit_of_child(path, leave: bool) -> int:
     pid = os.fork()
     if pid == 0:
         try:
+            # this child is a fork of the test process, not of a zygote: the test process's exit handlers (the
+            # runner's zygotes shut down) are not its to run — run by `finish`, they stopped every later run's zygote
+            atexit._clear()
             held = Noted(path)
             if leave:
                 leave_to_exit(held)
