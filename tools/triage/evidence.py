@@ -151,6 +151,16 @@ TAGS = (
     "usage",
 )
 _TAG_ALIAS = {"feature request": "feature", "docs": "doc"}
+# The wrong-result family: shapes of a report that names a wrong result (columns of NAMES, in this order).
+WRONG_RESULT_NAMES = (
+    "bad result",
+    "a bad result asked as a question",
+    "encoding",
+    "parameter without effect",
+    "quality metric, no speed",
+    "quantization and a bad result or metric",
+    "empty result",
+)
 NAMES = (
     "has code",
     "traceback",
@@ -169,13 +179,7 @@ NAMES = (
     "prompt shown",
     "comparison",
     *(f"tag {t}" for t in TAGS),
-    "bad result",
-    "a bad result asked as a question",
-    "encoding",
-    "parameter without effect",
-    "quality metric, no speed",
-    "quantization and a bad result or metric",
-    "empty result",
+    *WRONG_RESULT_NAMES,
 )
 # Install vs crash (`environment`): last in NAMES, so weights fitted before them still read the earlier columns.
 ENVIRONMENT_NAMES = (

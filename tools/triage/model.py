@@ -77,16 +77,7 @@ SILENT_MIN_GRID = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)  # `silent` 
 GATE = True
 SILENT_SURE_GRID = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 1.01)
 # The report shapes (`tools.triage.evidence.NAMES`) that name a wrong result.
-WRONG_SHAPES = (
-    "bad result",
-    "a bad result asked as a question",
-    "encoding",
-    "parameter without effect",
-    "quality metric, no speed",
-    "quantization and a bad result or metric",
-    "empty result",
-    "expected and actual",
-)
+WRONG_SHAPES = (*triage_evidence.WRONG_RESULT_NAMES, "expected and actual")
 # The recipe, each part judged by the nested estimate on test3-test9 pooled (README, tenth round). Tracker vocabulary
 # masked before the n-grams (`tools.triage.vocab`): 0.867 / 0.927 / 0.929 -> 0.880 / 0.934 / 0.939 (accuracy,
 # silent P, R), tracker families held out 0.858 -> 0.861. Every collection weighing the same in the fit (BALANCE)
@@ -312,6 +303,11 @@ def fit(
     }
 
 
+def fit_recipe(issues: list[dict], c_value: float, rule_scale: float = RULE_SCALE, silent_weight: float = 1.0) -> dict:
+    """`fit` with the recipe's text settings (MASK, BALANCE, SPREAD): every fit the estimates and the shipped model make."""
+    return fit(issues, c_value, rule_scale, silent_weight=silent_weight, mask=MASK, balance=BALANCE, spread=SPREAD)
+
+
 def fit_text(issues: list[dict], mask: bool = False, spread: int = 1) -> tuple[dict, list]:
     """The word and char TF-IDF vectorizers fitted on `issues`: their stored form (spec, vocab, idf) and the
     fitted sklearn objects (word, char). With `spread` > 1 an n-gram enters the vocabulary only when issues of at
@@ -432,17 +428,7 @@ def out_of_fold(
     """(logits, gold index) of every issue of `pool`, in order, each from a fit on the other folds (k-fold by
     position: issue n is in fold n % folds)."""
     fitted = [
-        _ready(
-            fit(
-                [i for n, i in enumerate(pool) if n % folds != k],
-                c_value,
-                rule_scale,
-                silent_weight=silent_weight,
-                mask=MASK,
-                balance=BALANCE,
-                spread=SPREAD,
-            )
-        )
+        _ready(fit_recipe([i for n, i in enumerate(pool) if n % folds != k], c_value, rule_scale, silent_weight))
         for k in range(folds)
     ]
     return [
@@ -459,18 +445,7 @@ def leave_one_split_out(
     the first-sight figures of the classifiers of 17e137a and 36b2207)."""
     splits = sorted({i["split"] for i in pool})
     fitted = {
-        s: _ready(
-            fit(
-                [i for i in pool if i["split"] != s],
-                c_value,
-                rule_scale,
-                silent_weight=silent_weight,
-                mask=MASK,
-                balance=BALANCE,
-                spread=SPREAD,
-            )
-        )
-        for s in splits
+        s: _ready(fit_recipe([i for i in pool if i["split"] != s], c_value, rule_scale, silent_weight)) for s in splits
     }
     return [
         (logits_of(fitted[i["split"]], i), LABELS.index(i["label"]), wrong_result(i["title"], i["body"])) for i in pool
@@ -659,7 +634,7 @@ def build(path: Path = REAL_SET) -> tuple[dict, dict]:
     (best, temperature, silent_min), judged = choose(rows, np.array([i["split"] in RECENT_SPLITS for i in pool]))
     decision = {g: choose_decision(rows[g], recent[g]) for g in grid}
     c_value, rule_scale, silent_weight = best
-    weights = fit(pool, c_value, rule_scale, silent_weight=silent_weight, mask=MASK, balance=BALANCE, spread=SPREAD)
+    weights = fit_recipe(pool, c_value, rule_scale, silent_weight)
     low, sure = silent_min if isinstance(silent_min, tuple) else (silent_min, None)
     weights.update(temperature=temperature, silent_min=low, silent_sure=sure, fitted_on="+".join(FIT_SPLITS))
     weights["cv"] = {"scheme": "leave-one-split-out", **oof_figures(rows[best], temperature, silent_min)}
