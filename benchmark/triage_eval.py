@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from benchmark.triage.real.build_set import SPLITS as REAL_SPLITS
 from tools.triage import model as triage_model
 from tools.triage import rules as triage_rules
 from tools.triage.rules import LABELS
@@ -29,26 +30,9 @@ ISSUES = REAL
 # fitted on), test7 (seventh collection, scored once at 16968fb, fitted on since the eighth round), test8 (eighth
 # collection, scored once at 08d72da, fitted on since the ninth round), test9 (ninth collection, scored once at
 # 60687b6, fitted on since the tenth round), test10 (tenth collection, scored once at 6f5f11b, fitted on since the
-# eleventh round; see benchmark/triage/real/README.md).
+# eleventh round), test11 (eleventh collection, held out; see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
-SPLIT_ORDER = (
-    "train",
-    "dev",
-    "test",
-    "test2",
-    "test3",
-    "test4",
-    "test5",
-    "test6",
-    "test7",
-    "test8",
-    "test9",
-    "test10",
-    "test11",
-    "heldout",
-    "fresh",
-    "fresh2",
-)
+SPLIT_ORDER = (*REAL_SPLITS, "heldout", "fresh", "fresh2")
 CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
 
 
