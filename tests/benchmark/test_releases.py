@@ -74,8 +74,13 @@ def test_release_history_is_tagged_and_deterministic(tmp_path, monkeypatch):
     assert git(again, "rev-parse", "HEAD") == git(repo, "rev-parse", "HEAD")
 
 
-def test_offline_rebuild_reuses_the_wheel_cache(tmp_path, offline):
-    wheel_path("idna", "3.6")  # the session cache holds it if the test above ran; else pip fails below
+@pytest.fixture
+def idna_cached():
+    """idna 3.6 in the session's wheel cache, fetched while the index is still reachable (before `offline`)."""
+    return wheel_path("idna", "3.6")
+
+
+def test_offline_rebuild_reuses_the_wheel_cache(tmp_path, idna_cached, offline):
     repo = build_case_repo(release_case(tmp_path, "idna-offline", "idna", ["3.6"]), tmp_path / "repo")
     assert git(repo, "log", "--format=%s") == "Release: v3.6"
 
