@@ -53,9 +53,9 @@ class ProbeResult:
     def summary(self) -> str:
         if not self.diverged:
             agree = f"agree ({self.dtype}; max ratio {max((r for _, r in self.layers), default=0):.2f})"
-            # the draws' test could not run: say so rather than let "agree" cover it
-            undecided = self.draws is not None and self.draws.verdict == "undecided"
-            return agree + (f"; {self.draws.line()}" if undecided and self.draws else "")
+            if self.draws is not None and self.draws.verdict == "undecided":  # say so rather than let "agree" cover it
+                return f"{agree}; {self.draws.line()}"
+            return agree
         if self.first is None:
             return f"tokens differ at {self.tokens} but no tap crosses the threshold"
         from tools.probe import compare
