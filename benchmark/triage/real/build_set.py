@@ -19,7 +19,7 @@ Files `raw/y*.txt` are an eighth collection, labelled and committed the same way
 Files `raw/z*.txt` are a ninth collection, labelled and committed before any classifier ran on them; all of it is `test9`.
 Files `raw/k*.txt` are a tenth collection, labelled and committed the same way; all of it is `test10`.
 Files `raw/m*.txt` are an eleventh collection, labelled and committed before any classifier ran on them; all of it is
-`test11`.
+`test11`. Files `raw/p*.txt` are a twelfth collection, labelled and committed the same way; all of it is `test12`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ EIGHTH_COLLECTION = "y"  # raw file prefix of the eighth collection: all of it i
 NINTH_COLLECTION = "z"  # raw file prefix of the ninth collection: all of it is test9 (held out, first sight)
 TENTH_COLLECTION = "k"  # raw file prefix of the tenth collection: all of it is test10 (held out, first sight)
 ELEVENTH_COLLECTION = "m"  # raw file prefix of the eleventh collection: all of it is test11 (held out, first sight)
+TWELFTH_COLLECTION = "p"  # raw file prefix of the twelfth collection: all of it is test12 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -81,6 +82,8 @@ def split_for(url: str, raw_name: str) -> str:
         return "test10"
     if raw_name.startswith(ELEVENTH_COLLECTION):
         return "test11"
+    if raw_name.startswith(TWELFTH_COLLECTION):
+        return "test12"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -146,6 +149,7 @@ SPLITS = (
     "test9",
     "test10",
     "test11",
+    "test12",
 )
 
 
