@@ -30,8 +30,9 @@ ISSUES = REAL
 # fitted on), test7 (seventh collection, scored once at 16968fb, fitted on since the eighth round), test8 (eighth
 # collection, scored once at 08d72da, fitted on since the ninth round), test9 (ninth collection, scored once at
 # 60687b6, fitted on since the tenth round), test10 (tenth collection, scored once at 6f5f11b, fitted on since the
-# eleventh round), test11 (eleventh collection, scored once at 62a0a66, fitted on since the twelfth round); a later
-# collection is held out (see benchmark/triage/real/README.md).
+# eleventh round), test11 (eleventh collection, scored once at 62a0a66, fitted on since the twelfth round), test12
+# (twelfth collection, scored once at ae29d27, fitted on since the thirteenth round); a later collection is held
+# out (see benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = (*REAL_SPLITS, "heldout", "fresh", "fresh2")
 CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
