@@ -20,6 +20,8 @@ Files `raw/z*.txt` are a ninth collection, labelled and committed before any cla
 Files `raw/k*.txt` are a tenth collection, labelled and committed the same way; all of it is `test10`.
 Files `raw/m*.txt` are an eleventh collection, labelled and committed before any classifier ran on them; all of it is
 `test11`. Files `raw/p*.txt` are a twelfth collection, labelled and committed the same way; all of it is `test12`.
+Files `raw/q*.txt` are a thirteenth collection, labelled and committed before any classifier ran on them; all of it is
+`test13`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ NINTH_COLLECTION = "z"  # raw file prefix of the ninth collection: all of it is 
 TENTH_COLLECTION = "k"  # raw file prefix of the tenth collection: all of it is test10 (held out, first sight)
 ELEVENTH_COLLECTION = "m"  # raw file prefix of the eleventh collection: all of it is test11 (held out, first sight)
 TWELFTH_COLLECTION = "p"  # raw file prefix of the twelfth collection: all of it is test12 (held out, first sight)
+THIRTEENTH_COLLECTION = "q"  # raw file prefix of the thirteenth collection: all of it is test13 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -84,6 +87,8 @@ def split_for(url: str, raw_name: str) -> str:
         return "test11"
     if raw_name.startswith(TWELFTH_COLLECTION):
         return "test12"
+    if raw_name.startswith(THIRTEENTH_COLLECTION):
+        return "test13"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -150,6 +155,7 @@ SPLITS = (
     "test10",
     "test11",
     "test12",
+    "test13",
 )
 
 
