@@ -207,16 +207,13 @@ class HFEngine:
                 o.text = tok.decode(o.output_ids, skip_special_tokens=True)
         # generate() never feeds the last token; a draft verification may have: keep single-pass rows
         fed = [len(o.prompt_ids) + len(o.output_ids) - (job.teacher is None) for o in outputs]
+        records = latest_rows(recorder.records, fed, recorder.recomputed)
         import transformers
 
         meta = {"options": job.spec.options, "source": transformers.__file__, "device": job.device}
         if recorder.inject is not None:
             meta["replaced_rows"] = dict(recorder.inject.replaced)
-        if recorder.recomputed or any(top >= fed[r] for r, top in recorder.top_positions().items()):
-            records = latest_rows(recorder.all_records(), fed, recorder.recomputed)  # rows to drop: record by record
-            return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
-        # every row kept (the usual case): the recorder's blocks as they are, which `latest_rows` would keep whole
-        return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, blocks=recorder.blocks(), meta=meta)
+        return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
     def contract_context(self, job: RunJob) -> dict:
         """Each layer's attention window as the reference reads the checkpoint, and whether this
@@ -399,9 +396,6 @@ def _wrap_rotary(model, rec: TapRecorder) -> Callable[[], object]:
 def _touch_heads(rec: TapRecorder, tap: str, x: torch.Tensor) -> torch.Tensor:
     """[B, H, S, D] -> the same, seen (and replaced) as [B, S, H*D]."""
     if not rec.touches(tap):
-        return x
-    if rec.inject is None or not rec.inject.wants(tap):  # only seen: one copy of its rows, made by the recording
-        rec.record(tap, x.transpose(1, 2))
         return x
     b, h, s, d = x.shape
     flat = x.transpose(1, 2).reshape(b, s, h * d)

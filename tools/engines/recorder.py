@@ -4,16 +4,11 @@ An adapter finds the tensors (forward hooks, an emit callback) and says which re
 position each row belongs to; `HookRecorder` decides what is wanted, injects reference rows
 (tensor replacement, tools/engines/injection.py), copies what it keeps (hooks must clone:
 fused in-place kernels overwrite buffers later) in the dtype they were computed in, and orders the records.
-Rows of [batch, seq, F] forwards (`record`) go straight into blocks, one per tap and request
-(tools.probe.trace.CapturedBlock): a deep model's decode records ~1e5 times, and a record object per
-time, grouped into blocks at save, was a third of a capturing run's save (`blocks`).
 `hooks_held` removes every hook it was handed, whatever happens.
 """
 
 from __future__ import annotations
 
-import math
-from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +17,7 @@ import torch
 
 from tools.engines.injection import Injection
 from tools.probe.taps import matches, order_key
-from tools.probe.trace import CapturedBlock, TapBlock, TapRecord, group_records, narrowed
+from tools.probe.trace import TapRecord, narrowed
 from tools.scenario import Request
 
 TORCH_DTYPES = {
@@ -99,11 +94,7 @@ class HookRecorder:
         tools.probe.compare.stored_precision: narrowed at capture, a float64 reference's rows are copied
         once, at half the bytes, instead of copied wide and converted when saved; the same values)."""
         self.patterns, self.inject, self.out_dtype, self.widest = patterns, inject, out_dtype, widest
-        self.records: list[TapRecord] = []  # what `add` and the adapters record themselves
-        self.captured: dict[
-            tuple[str, int], CapturedBlock
-        ] = {}  # what `record` fills: the open block of each tap and request
-        self.captured_blocks: list[CapturedBlock] = []  # all of them, in the order they were opened
+        self.records: list[TapRecord] = []
         self.step = 0
         self.rows: RowMap | None = None
         self._wanted: dict[str, bool] = {}  # per tap: a decode step asks for each of hundreds of taps
@@ -146,11 +137,11 @@ class HookRecorder:
             self.record(tap, x)
         return x
 
-    def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, *F] (any strides), rows per `self.rows`
+    def record(self, tap: str, x: torch.Tensor) -> None:  # x: [B, S, F], rows per `self.rows`
         assert self.rows is not None, "record() needs the rows of the forward now running"
-        # one copy per forward and tap, each request's rows a view of it: a decode step of a deep model
-        # records thousands of times, and the copies per request were most of the capture (each tensor
-        # op costs ~10 us of dispatch whatever its size: a decode step of 2 rows is all dispatch)
+        # one copy per forward and tap, each request's record a view of its rows: a decode step of a
+        # deep model records thousands of times, and the copies per request were most of the capture
+        # (each tensor op costs ~10 us of dispatch whatever its size: a decode step of 2 rows is all dispatch)
         if x.shape[0] * x.shape[1] == 0:
             return
         x = x.detach() if x.requires_grad else x
@@ -160,82 +151,13 @@ class HookRecorder:
         else:  # a plain clone is half the dispatch of `to(copy=True)`
             wide = x.clone() if x.is_contiguous() else x.contiguous()
         per_row = (wide if wide.dim() == 3 else wide.flatten(2)).unbind(0)  # B views [S, F], one op
-        # each request's rows go straight to its block of this tap (no record object, no grouping at save)
-        step, captured, features = self.step, self.captured, kept_rows_features(wide)
-        for b, req, columns, positions in self.rows.kept():
-            block = captured.get((tap, req))
-            if block is None or block.layout[2] != features or block.layout[1] != kept:
-                block = captured[(tap, req)] = CapturedBlock(tap, req, kept, features)
-                self.captured_blocks.append(block)
-            block.append(step, positions, per_row[b] if columns is None else per_row[b][columns])
-
-    def all_records(self) -> list[TapRecord]:
-        """Every record: those `record` put in blocks (views of their rows), then `records`, unordered."""
-        return [rec for block in self.captured_blocks for _, rec in block.records()] + self.records
+        step, records = self.step, self.records
+        for b, req, columns, positions in self.rows.kept():  # the records of a forward share its positions lists
+            records.append(TapRecord(tap, step, req, positions, per_row[b] if columns is None else per_row[b][columns]))
 
     def ordered(self) -> list[TapRecord]:
         """Records in (step, execution order, request) order, as a Trace holds them."""
-        return sorted(self.all_records(), key=lambda r: (r.step, order_key(r.name), r.request))
-
-    def top_positions(self) -> dict[int, int]:
-        """Request -> the highest position any of its rows has (requests without rows left out)."""
-        top: dict[int, int] = {}
-        for block in self.captured_blocks:
-            if len(block.position_list):
-                top[block.request] = max(top.get(block.request, -1), max(block.position_list))
-        for rec in self.records:
-            if rec.positions:
-                top[rec.request] = max(top.get(rec.request, -1), max(rec.positions))
-        return top
-
-    def blocks(self) -> list[TapBlock]:
-        """What was recorded as a trace's blocks (tools.probe.trace.Trace(blocks=...)): the blocks `record` filled
-        and `records` grouped, every record numbered in (step, execution order, request) order (`ordered`'s, ties
-        in the order recorded), the blocks in the order of their first record. The same blocks, numbers and
-        rows as grouping `ordered()` (trace.group_records), without a sort or a lookup per record."""
-        captured, loose = self.captured_blocks, self.records
-        if not all(steps_rise(b.steps_list) for b in captured):  # a block's records out of step order: by records
-            return group_records(self.ordered())
-        names = {b.name for b in captured} | {r.name for r in loose}
-        rank = {name: i for i, name in enumerate(sorted(names, key=order_key))}
-        requests = 1 + max([b.request for b in captured] + [r.request for r in loose], default=0)
-        per_step = len(rank) * requests  # key = step * per_step + rank[tap] * requests + request
-        keys = [
-            torch.frombuffer(b.steps_list, dtype=torch.int64) * per_step + (rank[b.name] * requests + b.request)
-            for b in captured
-            if len(b.steps_list)
-        ]
-        keys.append(
-            torch.tensor([r.step * per_step + rank[r.name] * requests + r.request for r in loose], dtype=torch.int64)
-        )
-        every = torch.cat(keys)
-        numbers = torch.empty_like(every)
-        numbers[torch.sort(every, stable=True).indices] = torch.arange(len(every))
-        start = 0
-        for b in captured:
-            b.numbers = numbers[start : start + len(b.parts)].clone()
-            start += len(b.parts)
-        blocks: list[TapBlock] = [b for b in captured if b.parts]
-        blocks += group_records(loose, numbers=numbers[start:].tolist())
-        return sorted(blocks, key=first_number)
-
-
-def kept_rows_features(wide: torch.Tensor) -> tuple[int, ...]:
-    """[B, S, *F] -> F, the feature shape of each of its rows as `HookRecorder.record` keeps them."""
-    return (wide.shape[2],) if wide.dim() == 3 else (math.prod(wide.shape[2:]),)
-
-
-def steps_rise(steps: array) -> bool:
-    """The steps never go down (a captured block's records are then in trace order)."""
-    return all(a <= b for a, b in zip(steps, steps[1:]))
-
-
-def first_number(block: TapBlock) -> int:
-    """The number of a block's first record (its table's first line, read without building the table)."""
-    if isinstance(block, CapturedBlock):
-        assert block.numbers is not None
-        return int(block.numbers[0])
-    return block.records()[0][0]
+        return sorted(self.records, key=lambda r: (r.step, order_key(r.name), r.request))
 
 
 def record_teacher_head(

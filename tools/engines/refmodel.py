@@ -24,6 +24,7 @@ import torch
 from tools import refmodels
 from tools.engines.protocol import Capabilities, RunJob
 from tools.engines.recorder import TORCH_DTYPES, HookRecorder, RowMap, chosen_logprobs, record_teacher_head
+from tools.probe import taps as tapnames
 from tools.probe.sampling_ref import adjust_row, truncate_row
 from tools.probe.trace import RequestOutput, TapRecord, Trace
 from tools.scenario import Request
@@ -59,13 +60,14 @@ class RefModelEngine:
         if tok is not None:
             for o in outputs:
                 o.text = tok.decode(o.output_ids)
+        records = sorted(rec.records, key=lambda r: (r.step, tapnames.order_key(r.name), r.request))
         meta = {
             "options": job.spec.options,
             "source": refmodels.__file__,
             "device": job.device,
             "numerics": "exact" if model.island == torch.float64 else "float32 norms/softmax/rope table",
         }
-        return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, blocks=rec.blocks(), meta=meta)
+        return Trace(engine=self.name, dtype=job.spec.dtype, outputs=outputs, records=records, meta=meta)
 
 
 def emitter(rec: HookRecorder, rows: RowMap) -> Callable[[str, torch.Tensor], None]:

@@ -30,9 +30,7 @@ import struct
 import sys
 import weakref
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,76 +145,11 @@ class FileBlock(TapBlock):
         return TapBlock(self.name, self.request, self.rank, self.tensor, self.positions, self.table)
 
 
-class CapturedBlock(TapBlock):
-    """A block filled while its run captures (tools.engines.recorder.HookRecorder.record): each forward's rows of
-    one tap and request appended as they come, their positions and steps kept in arrays, so that no record
-    object is made per forward and nothing is grouped at save; the rows are concatenated when read (`save`
-    reads each block once). `numbers` (each record's number in the trace's record order) is set once the
-    run is over, when every record is known (HookRecorder.blocks)."""
-
-    __slots__ = ("parts", "layout", "rows", "position_list", "steps_list", "counts", "numbers")
-
-    def __init__(self, name: str, request: int, dtype: torch.dtype, features: tuple[int, ...]):
-        self.name, self.request, self.rank = name, request, 0
-        self.layout = (0, dtype, features)  # as RecordsBlock's: (rank, dtype, feature shape)
-        self.parts: list[torch.Tensor] = []  # one [rows, *features] per record
-        self.position_list = array("q")
-        self.steps_list = array("q")
-        self.counts = array("q")
-        self.numbers: torch.Tensor | None = None
-        self.rows = 0
-
-    def append(self, step: int, positions: list[int], rows: torch.Tensor) -> None:
-        self.parts.append(rows)
-        self.position_list.extend(positions)
-        self.steps_list.append(step)
-        self.counts.append(len(positions))
-        self.rows += len(positions)
-
-    @property
-    def tensor(self) -> torch.Tensor:
-        parts = self.parts
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    @property
-    def positions(self) -> torch.Tensor:
-        return _int64(self.position_list)
-
-    @property
-    def table(self) -> torch.Tensor:
-        assert self.numbers is not None, "a captured block's records are numbered once its run is over"
-        return torch.stack((self.numbers, _int64(self.steps_list), _int64(self.counts)), dim=1)
-
-    def records(self) -> list[tuple[int, TapRecord]]:
-        """Its records, each a view of the rows it was appended with."""
-        numbers = self.numbers.tolist() if self.numbers is not None else [-1] * len(self.parts)
-        positions, start, out = self.position_list, 0, []
-        for number, step, count, part in zip(numbers, self.steps_list, self.counts, self.parts, strict=True):
-            out.append(
-                (number, TapRecord(self.name, step, self.request, positions[start : start + count].tolist(), part))
-            )
-            start += count
-        return out
-
-    def layouts(self) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-        _, dtype, features = self.layout
-        return [(dtype, (self.rows, *features)), (torch.int64, (self.rows,)), (torch.int64, (len(self.parts), 3))]
-
-
-def _int64(values: array) -> torch.Tensor:
-    """An array('q') -> an int64 tensor of its own (a copy: the array may still grow)."""
-    return torch.frombuffer(values, dtype=torch.int64).clone() if len(values) else torch.zeros(0, dtype=torch.int64)
-
-
-def group_records(
-    records: list[TapRecord], names: Collection[str] | None = None, numbers: list[int] | None = None
-) -> list[TapBlock]:
-    """Records -> blocks (`names`: only these taps'), in the order of their first record; no tensor is copied.
-    `numbers`: each record's number in the trace's record order (default: its index in `records`)."""
+def group_records(records: list[TapRecord], names: Collection[str] | None = None) -> list[TapBlock]:
+    """Records -> blocks (`names`: only these taps'), in the order of their first record; no tensor is copied."""
     blocks: list[TapBlock] = []
     open_blocks: dict[tuple[str, int], RecordsBlock] = {}
-    for i, rec in enumerate(records):  # a deep model's trace has ~1e5 records: each lookup done once
-        number = i if numbers is None else numbers[i]
+    for number, rec in enumerate(records):  # a deep model's trace has ~1e5 records: each lookup done once
         if names is not None and rec.name not in names:
             continue
         tensor, rows = rec.tensor, len(rec.positions)
@@ -435,50 +368,12 @@ def write_blocks(path: Path, blocks: list[TapBlock], widest: torch.dtype | None 
             offset += size
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
-    start = 8 + len(raw)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
-        f.flush()
-        shares = write_shares(blocks, [header[f"b{i}"]["data_offsets"][0] for i in range(len(blocks))], offset)
-        if len(shares) == 1:
-            _write_share(f.fileno(), blocks, start, widest)
-        else:  # each thread its own blocks at their own offsets: concatenation, casts and copies into the file's pages run side by side
-            with ThreadPoolExecutor(len(shares)) as pool:
-                done = [pool.submit(_write_share, f.fileno(), share, start + first, widest) for share, first in shares]
-                for future in done:
-                    future.result()
-
-
-WRITE_SHARE_BYTES = 32 << 20  # a trace smaller than this is written by one thread (a thread costs more than it saves)
-
-
-def write_shares(blocks: list[TapBlock], firsts: list[int], total: int) -> list[tuple[list[TapBlock], int]]:
-    """The blocks split into consecutive runs of about equal bytes, one per thread this process computes with
-    (torch.get_num_threads(): a worker's threads, as many as its cores), each with its first byte in the data;
-    one run for a small trace or one thread."""
-    threads = min(torch.get_num_threads(), max(1, total // WRITE_SHARE_BYTES), len(blocks))
-    if threads <= 1:
-        return [(blocks, 0)]
-    shares: list[tuple[list[TapBlock], int]] = []
-    begin = 0
-    for k in range(1, threads + 1):
-        end = len(blocks) if k == threads else bisect_right(firsts, total * k // threads, lo=begin)
-        if end > begin:
-            shares.append((blocks[begin:end], firsts[begin]))
-        begin = end
-    return shares
-
-
-def _write_share(fd: int, blocks: list[TapBlock], offset: int, widest: torch.dtype | None) -> None:
-    """The tensors of `blocks`, in order, into file `fd` from byte `offset` on (positional writes: threads
-    writing other parts of the file share the descriptor)."""
-    for block in blocks:
-        for x in block.tensors():
-            x = x.detach().cpu().to(narrowed(x.dtype, widest))
-            data = memoryview(x.contiguous().reshape(-1).view(torch.uint8).numpy()).cast("B")
-            while data:  # a positional write may write less than asked
-                written = os.pwrite(fd, data, offset)
-                data, offset = data[written:], offset + written
+        for block in blocks:
+            for x in block.tensors():
+                x = x.detach().cpu().to(narrowed(x.dtype, widest))
+                f.write(x.contiguous().reshape(-1).view(torch.uint8).numpy().data)
 
 
 def narrowed(dtype: torch.dtype, widest: torch.dtype | None) -> torch.dtype:
