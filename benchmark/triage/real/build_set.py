@@ -21,7 +21,7 @@ Files `raw/k*.txt` are a tenth collection, labelled and committed the same way; 
 Files `raw/m*.txt` are an eleventh collection, labelled and committed before any classifier ran on them; all of it is
 `test11`. Files `raw/p*.txt` are a twelfth collection, labelled and committed the same way; all of it is `test12`.
 Files `raw/q*.txt` are a thirteenth collection, labelled and committed before any classifier ran on them; all of it is
-`test13`.
+`test13`. Files `raw/r*.txt` are a fourteenth collection, labelled and committed the same way; all of it is `test14`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ TENTH_COLLECTION = "k"  # raw file prefix of the tenth collection: all of it is 
 ELEVENTH_COLLECTION = "m"  # raw file prefix of the eleventh collection: all of it is test11 (held out, first sight)
 TWELFTH_COLLECTION = "p"  # raw file prefix of the twelfth collection: all of it is test12 (held out, first sight)
 THIRTEENTH_COLLECTION = "q"  # raw file prefix of the thirteenth collection: all of it is test13 (held out, first sight)
+FOURTEENTH_COLLECTION = "r"  # raw file prefix of the fourteenth collection: all of it is test14 (held out, first sight)
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -89,6 +90,8 @@ def split_for(url: str, raw_name: str) -> str:
         return "test12"
     if raw_name.startswith(THIRTEENTH_COLLECTION):
         return "test13"
+    if raw_name.startswith(FOURTEENTH_COLLECTION):
+        return "test14"
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -156,6 +159,7 @@ SPLITS = (
     "test11",
     "test12",
     "test13",
+    "test14",
 )
 
 
