@@ -9,7 +9,7 @@ import pytest
 
 from agent.triage import Reader, comment_context, plan_issue, render_comment, scenario_line
 from agent.triage_llm import FLIP_BELOW, LLM_MIN, OpenAITriageLLM, combine_votes
-from benchmark.triage.real.build_set import build, fresh_split_of, split_of
+from benchmark.triage.real.build_set import HELD_OUT_COLLECTIONS, build, fresh_split_of, split_of
 from benchmark.triage.real.extraction import report
 from benchmark.triage_eval import REAL, evaluate, load_issues, predict
 from tests.agent.scripted_llm import ScriptedLLM, answer
@@ -32,32 +32,17 @@ def by_url(issues, tail):
 def test_the_real_set_is_rebuilt_from_its_transcriptions_and_splits_follow_the_url(issues):
     assert build() == issues  # issues.jsonl is what raw/*.txt says
     assert len(issues) >= 400 and len({i["url"] for i in issues}) == len(issues)
-    third = [i for i in issues if i["split"] == "test3"]  # the third collection is test3 as a whole
-    fourth = [i for i in issues if i["split"] == "test4"]  # the fourth collection is test4 as a whole
-    fifth = [i for i in issues if i["split"] == "test5"]  # the fifth collection is test5 as a whole
-    sixth = [i for i in issues if i["split"] == "test6"]  # the sixth collection is test6 as a whole
-    seventh = [i for i in issues if i["split"] == "test7"]  # the seventh collection is test7 as a whole
-    eighth = [i for i in issues if i["split"] == "test8"]  # the eighth collection is test8 as a whole
-    ninth = [i for i in issues if i["split"] == "test9"]  # the ninth collection is test9 as a whole
-    tenth = [i for i in issues if i["split"] == "test10"]  # the tenth collection is test10 as a whole
-    eleventh = [i for i in issues if i["split"] == "test11"]  # the eleventh collection is test11 as a whole
-    twelfth = [i for i in issues if i["split"] == "test12"]  # the twelfth collection is test12 as a whole
-    thirteenth = [i for i in issues if i["split"] == "test13"]  # the thirteenth collection is test13 as a whole
-    fourteenth = [i for i in issues if i["split"] == "test14"]  # the fourteenth collection is test14 as a whole
+    collections = set(HELD_OUT_COLLECTIONS.values())  # each later collection is one held-out split as a whole
     first = [i for i in issues if i["split"] in ("dev", "test") or i["split"] == split_of(i["url"]) == "train"]
-    later = (
-        third + fourth + fifth + sixth + seventh + eighth + ninth + tenth + eleventh + twelfth + thirteenth + fourteenth
-    )
+    later = [i for i in issues if i["split"] in collections]
     second = [i for i in issues if i not in first + later]  # extra train and test2 (second collection)
     assert all(i["split"] == split_of(i["url"]) for i in first)
     assert all(i["split"] == fresh_split_of(i["url"]) for i in second)
-    held_out = ("test", "test2", *(f"test{k}" for k in range(3, 15)))  # test, then test2 to test14
+    held_out = ("test", "test2", *HELD_OUT_COLLECTIONS.values())
     for split in held_out:  # held-out splits: at least 150 issues, every label
         assert sum(i["split"] == split for i in issues) >= 150
-    assert len(third) >= 200 and len(fourth) >= 170 and len(fifth) >= 180 and len(sixth) >= 180
-    assert len(seventh) >= 180 and len(eighth) >= 180 and len(ninth) >= 180 and len(tenth) >= 180
-    assert len(eleventh) >= 180 and len(twelfth) >= 180 and len(thirteenth) >= 180
-    assert len(fourteenth) >= 180
+    for split in collections:  # a later collection: about 200 issues (the fourth 180)
+        assert sum(i["split"] == split for i in issues) >= 170
     assert {i["label"] for i in issues} == set(LABELS)
     for split in ("train", "dev", *held_out):  # every label in every split
         assert {i["label"] for i in issues if i["split"] == split} == set(LABELS)
@@ -198,7 +183,7 @@ def test_a_reference_named_in_real_reports_counts_as_what_to_compare_against(iss
 
 def test_every_real_silent_issue_gets_a_scenario_or_a_comment_asking_for_each_missing_piece(issues):
     # unread: the extractor never runs on them here
-    held_out = tuple(f"test{k}" for k in range(3, 15))  # test3 to test14
+    held_out = tuple(HELD_OUT_COLLECTIONS.values())
     silent = [i for i in issues if i["label"] == "silent" and i["split"] not in held_out]
     assert len(silent) >= 150
     asked_for = 0

@@ -9,19 +9,10 @@ beginning, cut), `middle` (a later part of the description), `none` (no descript
 The split is a pure function of the url (sha256), fixed before any tuning. Files `raw/b*.txt` are the first
 collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
 classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
-the rest extra `train` (dev and the first test split stay as they were). Files `raw/t*.txt` are a third collection,
-labelled and committed before any classifier ran on them; all of it is `test3`. Files `raw/u*.txt` are a fourth
-collection, labelled and committed the same way before any classifier ran on them; all of it is `test4`. Files
-`raw/v*.txt` are a fifth collection, labelled and committed before any classifier ran on them; all of it is `test5`.
-Files `raw/w*.txt` are a sixth collection, labelled and committed the same way; all of it is `test6`. Files
-`raw/x*.txt` are a seventh collection, labelled and committed before any classifier ran on them; all of it is `test7`.
-Files `raw/y*.txt` are an eighth collection, labelled and committed the same way; all of it is `test8`.
-Files `raw/z*.txt` are a ninth collection, labelled and committed before any classifier ran on them; all of it is `test9`.
-Files `raw/k*.txt` are a tenth collection, labelled and committed the same way; all of it is `test10`.
-Files `raw/m*.txt` are an eleventh collection, labelled and committed before any classifier ran on them; all of it is
-`test11`. Files `raw/p*.txt` are a twelfth collection, labelled and committed the same way; all of it is `test12`.
-Files `raw/q*.txt` are a thirteenth collection, labelled and committed before any classifier ran on them; all of it is
-`test13`. Files `raw/r*.txt` are a fourteenth collection, labelled and committed the same way; all of it is `test14`.
+the rest extra `train` (dev and the first test split stay as they were). Every later collection (files
+`raw/<prefix>*.txt`, `HELD_OUT_COLLECTIONS`: `t` the third, `u` the fourth, ..., `r` the fourteenth) was labelled
+and committed before any classifier ran on it, and all of it is one held-out split (`test3` ... `test14`), scored
+once at first sight and fitted on only in a later round (tools/triage/model.py FIT_SPLITS).
 """
 
 from __future__ import annotations
@@ -39,18 +30,21 @@ LABELS = ("silent", "crash", "install", "performance", "feature", "question", "o
 TEST_BELOW, DEV_BELOW = 38, 58  # hash bucket (0..99): < 38 test, < 58 dev, else train
 TEST2_BELOW = 67  # second collection: hash bucket of "fresh:" + url < 67 -> test2, else train
 SECOND_COLLECTION = "n"  # raw file prefix of the second collection
-THIRD_COLLECTION = "t"  # raw file prefix of the third collection: all of it is test3 (held out, scored once)
-FOURTH_COLLECTION = "u"  # raw file prefix of the fourth collection: all of it is test4 (held out, first sight)
-FIFTH_COLLECTION = "v"  # raw file prefix of the fifth collection: all of it is test5 (held out, first sight)
-SIXTH_COLLECTION = "w"  # raw file prefix of the sixth collection: all of it is test6 (held out, first sight)
-SEVENTH_COLLECTION = "x"  # raw file prefix of the seventh collection: all of it is test7 (held out, first sight)
-EIGHTH_COLLECTION = "y"  # raw file prefix of the eighth collection: all of it is test8 (held out, first sight)
-NINTH_COLLECTION = "z"  # raw file prefix of the ninth collection: all of it is test9 (held out, first sight)
-TENTH_COLLECTION = "k"  # raw file prefix of the tenth collection: all of it is test10 (held out, first sight)
-ELEVENTH_COLLECTION = "m"  # raw file prefix of the eleventh collection: all of it is test11 (held out, first sight)
-TWELFTH_COLLECTION = "p"  # raw file prefix of the twelfth collection: all of it is test12 (held out, first sight)
-THIRTEENTH_COLLECTION = "q"  # raw file prefix of the thirteenth collection: all of it is test13 (held out, first sight)
-FOURTEENTH_COLLECTION = "r"  # raw file prefix of the fourteenth collection: all of it is test14 (held out, first sight)
+# Raw file prefix of each later collection -> its split (all of the collection), in the order they were gathered.
+HELD_OUT_COLLECTIONS = {
+    "t": "test3",
+    "u": "test4",
+    "v": "test5",
+    "w": "test6",
+    "x": "test7",
+    "y": "test8",
+    "z": "test9",
+    "k": "test10",
+    "m": "test11",
+    "p": "test12",
+    "q": "test13",
+    "r": "test14",
+}
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
 
@@ -68,30 +62,9 @@ def fresh_split_of(url: str) -> str:
 
 def split_for(url: str, raw_name: str) -> str:
     """The split of an issue, from its url and the raw file it was transcribed into."""
-    if raw_name.startswith(THIRD_COLLECTION):
-        return "test3"
-    if raw_name.startswith(FOURTH_COLLECTION):
-        return "test4"
-    if raw_name.startswith(FIFTH_COLLECTION):
-        return "test5"
-    if raw_name.startswith(SIXTH_COLLECTION):
-        return "test6"
-    if raw_name.startswith(SEVENTH_COLLECTION):
-        return "test7"
-    if raw_name.startswith(EIGHTH_COLLECTION):
-        return "test8"
-    if raw_name.startswith(NINTH_COLLECTION):
-        return "test9"
-    if raw_name.startswith(TENTH_COLLECTION):
-        return "test10"
-    if raw_name.startswith(ELEVENTH_COLLECTION):
-        return "test11"
-    if raw_name.startswith(TWELFTH_COLLECTION):
-        return "test12"
-    if raw_name.startswith(THIRTEENTH_COLLECTION):
-        return "test13"
-    if raw_name.startswith(FOURTEENTH_COLLECTION):
-        return "test14"
+    held_out = HELD_OUT_COLLECTIONS.get(raw_name[:1])
+    if held_out is not None:
+        return held_out
     return fresh_split_of(url) if raw_name.startswith(SECOND_COLLECTION) else split_of(url)
 
 
@@ -142,25 +115,8 @@ def build() -> list[dict]:
     return out
 
 
-# The real set's splits in order: the first collection's three by url, then one held-out split a collection.
-SPLITS = (
-    "train",
-    "dev",
-    "test",
-    "test2",
-    "test3",
-    "test4",
-    "test5",
-    "test6",
-    "test7",
-    "test8",
-    "test9",
-    "test10",
-    "test11",
-    "test12",
-    "test13",
-    "test14",
-)
+# The real set's splits in order: the first collection's three by url, the second's test2, then one a collection.
+SPLITS = ("train", "dev", "test", "test2", *HELD_OUT_COLLECTIONS.values())
 
 
 def main() -> int:
