@@ -10,8 +10,8 @@ The split is a pure function of the url (sha256), fixed before any tuning. Files
 collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
 classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
 the rest extra `train` (dev and the first test split stay as they were). Every later collection (files
-`raw/<prefix>*.txt`, `HELD_OUT_COLLECTIONS`: `t` the third, `u` the fourth, ..., `r` the fourteenth) was labelled
-and committed before any classifier ran on it, and all of it is one held-out split (`test3` ... `test14`), scored
+`raw/<prefix>*.txt`, `HELD_OUT_COLLECTIONS`: `t` the third, `u` the fourth, ..., `s` the fifteenth) was labelled
+and committed before any classifier ran on it, and all of it is one held-out split (`test3` ... `test15`), scored
 once at first sight and fitted on only in a later round (tools/triage/model.py FIT_SPLITS).
 """
 
@@ -44,6 +44,7 @@ HELD_OUT_COLLECTIONS = {
     "p": "test12",
     "q": "test13",
     "r": "test14",
+    "s": "test15",
 }
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
