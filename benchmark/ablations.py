@@ -48,7 +48,7 @@ class OutputTapsProber:
         return self._inner.probe(scenario, target_source, reference_source, output_taps(taps), **kw)
 
     def run_target(self, scenario, source, taps=None, **kw):
-        return self._inner.run_target(scenario, source, output_taps(taps), **kw)
+        return self._inner.run_target(scenario, source, taps=output_taps(taps), **kw)
 
     def run_reference(self, scenario, dtype, teacher, source, taps=None, **kw):
         return self._inner.run_reference(scenario, dtype, teacher, source, output_taps(taps), **kw)

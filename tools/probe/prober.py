@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tools import progress
 from tools.engines.runner import EngineRun, EngineRunError, end_cleanly, run_engine, spare_core
@@ -115,19 +115,10 @@ class Prober:
         self.runs: list[dict] = []  # what each engine run was: role, engine, dtype, source, imported from
         self._reference_cache: dict[str, Trace] = {}
 
-    def run_target(
-        self,
-        scenario: Scenario,
-        source: Path | None,
-        taps=None,
-        native_kernels=(),
-        coverage: bool = False,
-        function_checks: bool = False,
-        timeout: float | None = None,
-        op_checks: bool = False,
-    ) -> Trace:
-        """`timeout`: seconds for this run (default: the prober's)."""
-        run = self.start_target(scenario, source, taps, native_kernels, coverage, function_checks, timeout, op_checks)
+    def run_target(self, scenario: Scenario, source: Path | None, **options: Any) -> Trace:
+        """The target run, joined and logged; `options` are start_target's (`timeout`: seconds for this run,
+        default the prober's)."""
+        run = self.start_target(scenario, source, **options)
         with progress.task(f"engine run {self.engine_runs}: {run.job.spec.engine} {run.job.spec.dtype} (target)"):
             return self._logged("target", run.job, source, run.result())
 
@@ -135,6 +126,7 @@ class Prober:
         self,
         scenario: Scenario,
         source: Path | None,
+        *,
         taps=None,
         native_kernels=(),
         coverage: bool = False,
@@ -142,7 +134,7 @@ class Prober:
         timeout: float | None = None,
         op_checks: bool = False,
     ) -> EngineRun:
-        """The target run, started (run_target's arguments); its line in `runs` is the caller's to log."""
+        """The target run, started; its line in `runs` is the caller's to log."""
         from tools.engines.protocol import RunJob, check_spec
         from tools.probe.checkpoints import ensure_checkpoint
 
@@ -178,7 +170,9 @@ class Prober:
         path); else they wait for the target's run to end. Either way the target is joined before
         anything reads its trace: a target that fails, during its save too, raises its EngineRunError as if
         the references had waited for it, and references run on its outputs are dropped (their folders too)."""
-        run = self.start_target(scenario, target_source, taps, native_kernels, coverage, timeout=timeout)
+        run = self.start_target(
+            scenario, target_source, taps=taps, native_kernels=native_kernels, coverage=coverage, timeout=timeout
+        )
         cached = set(self._reference_cache)
         slot = len(self.runs)  # the target's line in `runs` comes before its references', as when it ran first
         high = low = None
