@@ -167,7 +167,9 @@ class Prober:
         tokens, in the trusted dtype (high) and in the target's (low, the same run when they are one dtype).
         Where a worker leaves a core idle (runner.spare_core), the references start as soon as the target's worker
         has its outputs, while it writes its trace (its save, hundreds of MB for a real model, is off the critical
-        path); else they wait for the target's run to end. Either way the target is joined before
+        path); else they wait for the target's run to end. The second reference starts once the first has its
+        outputs: its start-up and loading, mostly one thread, run beside the first's save (measured on SmolLM2,
+        two threads a worker: the references 3.6 -> 3.2 s). Either way the target is joined before
         anything reads its trace: a target that fails, during its save too, raises its EngineRunError as if
         the references had waited for it, and references run on its outputs are dropped (their folders too)."""
         run = self.start_target(
@@ -175,37 +177,50 @@ class Prober:
         )
         cached = set(self._reference_cache)
         slot = len(self.runs)  # the target's line in `runs` comes before its references', as when it ran first
-        high = low = None
+        started: list[tuple[str, EngineRun, str]] = []  # references started here: cache key, run, progress label
         try:
             with progress.task(f"engine run {self.engine_runs}: {run.job.spec.engine} {run.job.spec.dtype} (target)"):
                 early = run.outputs() if spare_core() else run.result()
             teacher, weights = early.sequences(), early.meta.get("weights")
             high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
+            jobs = {
+                dtype: self.reference_job(scenario, dtype, teacher, reference_source, taps, weights)
+                for dtype in dict.fromkeys((high_dtype, scenario.target.dtype))
+            }
             try:
-                high = self.run_reference(scenario, high_dtype, teacher, reference_source, taps, weights, timeout)
-                if run.ended:
-                    run.result()  # a target that failed meanwhile: no second reference on its outputs
-                low = (
-                    high
-                    if scenario.target.dtype == high_dtype
-                    else self.run_reference(
-                        scenario, scenario.target.dtype, teacher, reference_source, taps, weights, timeout
-                    )
-                )
+                for key, job in jobs.values():
+                    if key in self._reference_cache:
+                        continue
+                    if started:  # the previous reference's forward is done: this one starts up beside its save
+                        _, previous, label = started[-1]
+                        with progress.task(label):
+                            previous.outputs()
+                    if run.ended:
+                        run.result()  # a target that failed meanwhile: no further reference on its outputs
+                    self.engine_runs += 1
+                    label = f"engine run {self.engine_runs}: {job.spec.engine} {job.spec.dtype} (reference)"
+                    started.append((key, EngineRun(job, reference_source, timeout=timeout or self.timeout), label))
+                for key, reference, label in started:
+                    if run.ended:
+                        run.result()  # a target that failed meanwhile: its references are given up
+                    with progress.task(label):
+                        trace = reference.result()
+                    self._reference_cache[key] = self._logged("reference", reference.job, reference_source, trace)
             except EngineRunError:
                 run.result()  # the target's own failure, when it failed too, is the one to report: it came first
                 raise
             target = run.result()
         except BaseException:
+            for _, reference, _ in started:
+                reference.cancel()  # nothing for one already joined
             if run.joined:  # a reference failed (or the caller was interrupted) after a target that answered
                 raise
             run.cancel()
-            high = low = None  # this frame outlives the raise in its traceback: hold no reference's folder
             for key in set(self._reference_cache) - cached:
                 del self._reference_cache[key]
             raise
         self._logged("target", run.job, target_source, target, slot)
-        assert low is not None and high is not None  # set above, or raised
+        high, low = (self._reference_cache[jobs[d][0]] for d in (high_dtype, scenario.target.dtype))
         return target, low, high
 
     def run_reference(
@@ -219,7 +234,26 @@ class Prober:
         timeout: float | None = None,
     ) -> Trace:
         """`weights`: the target run's quantization (its trace meta), which the reference mirrors;
-        `timeout`: seconds for this run (default: the prober's)."""
+        `timeout`: seconds for this run (default: the prober's). Run once per prober and cache key."""
+        key, job = self.reference_job(scenario, dtype, teacher, source, taps, weights)
+        if key not in self._reference_cache:
+            self.engine_runs += 1
+            with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {dtype} (reference)"):
+                trace = run_engine(job, source, timeout=timeout or self.timeout)
+            self._reference_cache[key] = self._logged("reference", job, source, trace)
+        return self._reference_cache[key]
+
+    def reference_job(
+        self,
+        scenario: Scenario,
+        dtype: str,
+        teacher: list[list[int]],
+        source: Path | None,
+        taps=None,
+        weights: dict | None = None,
+    ) -> tuple[str, RunJob]:
+        """A reference run's job (run_reference's arguments) and its key in the prober's cache of references:
+        everything its trace depends on."""
         from tools.engines.protocol import RunJob
         from tools.probe import compare
         from tools.probe.checkpoints import reference_checkpoint
@@ -242,14 +276,7 @@ class Prober:
             sort_keys=True,
             default=str,
         )
-        if key not in self._reference_cache:
-            job = RunJob(scenario, spec, checkpoint, teacher=teacher, taps=taps, device=self.device)
-            self.engine_runs += 1
-            with progress.task(f"engine run {self.engine_runs}: {spec.engine} {dtype} (reference)"):
-                self._reference_cache[key] = self._logged(
-                    "reference", job, source, run_engine(job, source, timeout=timeout or self.timeout)
-                )
-        return self._reference_cache[key]
+        return key, RunJob(scenario, spec, checkpoint, teacher=teacher, taps=taps, device=self.device)
 
     def _logged(self, role: str, job: RunJob, source: Path | None, trace: Trace, slot: int | None = None) -> Trace:
         """Record what ran (a failed run raises before this and is not a run that answered), at `slot` in `runs`

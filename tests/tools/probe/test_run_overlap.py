@@ -86,8 +86,9 @@ def test_a_target_crashing_in_its_save_with_a_reference_running_is_a_crash(tmp_p
     assert (tmp_path / "seen").exists()  # the reference had started on the target's outputs
     assert err.value.kind == "crash" and str(err.value).startswith("tinyserve run failed (exit -11): ")
     assert "failing in the save" in err.value.log
-    assert prober._reference_cache == {}  # the reference run on a failed target's outputs is dropped
-    assert [r["role"] for r in prober.runs] == ["reference"]  # it ran and answered; the target did not
+    assert prober._reference_cache == {}  # the references run on a failed target's outputs are dropped
+    # a reference still running when the target's failure is seen is given up (killed), one that answered is logged
+    assert all(r["role"] == "reference" for r in prober.runs)  # the target never answered
     del err
     assert left_behind(tmp_path, runs_dir) == (False, set(), [])
 
