@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--issues", type=Path, default=ISSUES, help="labelled jsonl (label, split keys)")
     ap.add_argument("--predictions", type=Path, help="output of `agent.triage classify` (default: run --classifier)")
     ap.add_argument("--classifier", choices=sorted(CLASSIFIERS), default="combined")
-    ap.add_argument("--splits", help="comma-separated splits to print (default: all of them)")
+    ap.add_argument("--splits", help="comma-separated splits to read, classify and score (default: all of them)")
     ap.add_argument("--errors", action="store_true", help="also list misclassified issues")
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     ap.add_argument(
@@ -288,14 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.out_of_fold:
         print(out_of_fold_report(issues))
         return 0
-    preds = load_issues(args.predictions) if args.predictions else predict(issues, args.classifier)
-    figures = evaluate(issues, preds)
+    preds = load_issues(args.predictions) if args.predictions else None
+    if preds is not None and len(preds) != len(issues):
+        raise SystemExit(f"{len(preds)} predictions for {len(issues)} issues: they must be aligned line for line")
     shown = args.splits.split(",") if args.splits else ["all", *splits_of(issues)]
+    if (
+        args.splits and "all" not in shown
+    ):  # only these splits are read, classified and scored: a held-out one stays unseen
+        keep = [k for k, i in enumerate(issues) if i.get("split") in shown]
+        issues, preds = [issues[k] for k in keep], None if preds is None else [preds[k] for k in keep]
+    if preds is None:
+        preds = predict(issues, args.classifier)
+    figures = evaluate(issues, preds)
     for split in shown:
         print(format_report(split, figures[split]), end="\n\n")
     if args.errors:
         for i, p in zip(issues, preds):
-            if i["label"] != p["label"] and (not args.splits or i.get("split") in shown):
+            if i["label"] != p["label"]:
                 print(
                     f"{i.get('id') or i.get('url')} [{i.get('split')}] gold={i['label']} pred={p['label']} ({p['confidence']}): {i['title']}"
                 )

@@ -93,3 +93,24 @@ def test_triage_eval_silent_precision_and_recall_on_the_synthetic_set():
     assert figures["all"]["silent"]["precision"] >= 0.9
     assert figures["all"]["silent"]["recall"] >= 0.9
     assert figures["heldout"]["accuracy"] >= 0.8
+
+
+def test_triage_eval_splits_reads_and_scores_only_those_splits(tmp_path):
+    """`--splits` restricts what is classified and scored, so a held-out split is never touched by a score of
+    another; predictions given are kept aligned with the issues they answer."""
+    from benchmark.triage_eval import main
+
+    issues = load_issues(SYNTHETIC)
+    held = sorted({i["split"] for i in issues})
+    assert len(held) >= 2
+    out = tmp_path / "figures.json"
+    assert main(["--issues", str(SYNTHETIC), "--classifier", "rules", "--splits", held[0], "--out", str(out)]) == 0
+    figures = json.loads(out.read_text())["figures"]
+    assert set(figures) == {"all", held[0]}
+    assert figures["all"]["n"] == figures[held[0]]["n"] == sum(i["split"] == held[0] for i in issues)
+    preds = tmp_path / "preds.jsonl"  # every line 'silent': the selection's precision is its share of silent issues
+    preds.write_text("".join(json.dumps({"label": "silent", "confidence": 1.0}) + "\n" for _ in issues))
+    assert main(["--issues", str(SYNTHETIC), "--predictions", str(preds), "--splits", held[-1], "--out", str(out)]) == 0
+    chosen = [i for i in issues if i["split"] == held[-1]]
+    silent = json.loads(out.read_text())["figures"][held[-1]]["silent"]
+    assert silent["precision"] == round(sum(i["label"] == "silent" for i in chosen) / len(chosen), 3)
