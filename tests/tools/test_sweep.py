@@ -243,6 +243,20 @@ def test_sampled_workload_holds_two_requests_with_the_same_min_p_that_bites():
     assert a["prompt_ids"] != b["prompt_ids"] and a["sampling"]["min_p"] >= 0.3 and a["sampling"]["temperature"] < 1
 
 
+def test_sampled_workload_holds_uncut_cold_rows_with_their_own_seeds_and_prompts():
+    """A draw from the distribution before temperature shows only where temperature sharpens a distribution
+    the cuts leave whole (docs/sampling.md): three uncut rows at a low temperature, each with its own random
+    numbers (a seed no other row has) and prompt, so the drawn tokens' test pools all three."""
+    rows = WORKLOADS["sampled"](None)
+    cut = ("top_k", "top_p", "min_p")
+    cold = [r for r in rows if 0 < r["sampling"]["temperature"] <= 0.3 and not any(k in r["sampling"] for k in cut)]
+    assert len(cold) == 3 and all(r["max_tokens"] >= 8 for r in cold)
+    seeds = [r["sampling"].get("seed") for r in rows]
+    assert all(seeds.count(r["sampling"]["seed"]) == 1 for r in cold)
+    prompts = [r["prompt_ids"] for r in rows]
+    assert all(prompts.count(r["prompt_ids"]) == 1 for r in cold)
+
+
 def test_a_config_variant_crossed_with_three_axes_meets_every_such_triple():
     variants = {**VARIANTS, "scale": ConfigVariant({"initializer_range": 0.2}, crossed=("arch", "dtype", "workload"))}
     m = default_matrix(FEATURES, variants)

@@ -76,6 +76,12 @@ MULTI_BYTE_TEXT = "Grüße, 東京の夜 🙂 ça va? Ελλάδα."
 # a special id (skipped in text, as ignore_eos runs meet them), a piece that completes text and then
 # starts a character, pieces ending inside a character (picked on the clean engine by those counts).
 TEXT_SAMPLING = {"temperature": 1.0, "seed": 26}
+# Uncut requests at a low temperature, each with its own seed and prompt: the kept distribution is the whole
+# vocabulary sharpened, so a draw from the distribution before temperature (reported after it) is too flat by
+# a wide margin. Within the tight cuts at temperatures near 1 of the rows above it moves little mass.
+COLD = {"temperature": 0.3}
+COLD_PROMPTS = (list(range(400, 414)), list(range(420, 432)), list(range(440, 456)))
+COLD_SEEDS = (31, 33, 35)
 
 
 class MatrixError(BadInput):
@@ -123,11 +129,17 @@ def _long(window: int | None) -> list[dict]:
 
 
 def _sampled(window: int | None) -> list[dict]:
-    """Six requests with different sampling in one batch: plain greedy (no penalty: the penalised
+    """Eleven requests with different sampling in one batch: plain greedy (no penalty: the penalised
     rows are a subset of the batch, not its first rows); top-k/top-p/min-p with a repetition
     penalty; a hotter one whose min-p bites, with presence/frequency penalties; greedy with penalties;
     a tight nucleus alone (top-k off as -1); a top-k alone; two requests with the same min-p settings
-    (one batch where an engine batches equal settings)."""
+    (one batch where an engine batches equal settings); three uncut requests at temperature 0.3 with
+    their own seeds and prompts. The last three are for the drawn tokens' test (`sampler.draws`): a
+    sampler that draws from the distribution before temperature while reporting the one after keeps
+    every token in the kept set and, within the tight cuts at temperatures near 1 above, moves little
+    mass (not caught at 128 tokens a request); a sharpened uncut distribution shows it in 8 tokens on
+    the trained_scale cells (docs/sampling.md). At the preset scale every kept distribution is near
+    uniform, with or without temperature, and no row shows it."""
     return [
         {"prompt_ids": list(range(150, 166)), "max_tokens": 8, "sampling": {"temperature": 0.0}},
         {"prompt_ids": SHARED_PREFIX[:20], "max_tokens": 8, "sampling": dict(SAMPLED)},
@@ -142,6 +154,9 @@ def _sampled(window: int | None) -> list[dict]:
         {"prompt_ids": list(range(260, 270)), "max_tokens": 8, "arrival_step": 2, "sampling": dict(TOP_K_ALONE)},
         {"prompt_ids": list(range(320, 334)), "max_tokens": 8, "sampling": dict(MIN_P_TWINS)},
         {"prompt_ids": list(range(360, 374)), "max_tokens": 8, "sampling": dict(MIN_P_TWINS)},
+    ] + [
+        {"prompt_ids": prompt, "max_tokens": 8, "sampling": dict(COLD, seed=seed)}
+        for prompt, seed in zip(COLD_PROMPTS, COLD_SEEDS, strict=True)
     ]
 
 
