@@ -51,7 +51,7 @@ class OutputTapsProber:
         return self._inner.run_target(scenario, source, taps=output_taps(taps), **kw)
 
     def run_reference(self, scenario, dtype, teacher, source, taps=None, **kw):
-        return self._inner.run_reference(scenario, dtype, teacher, source, output_taps(taps), **kw)
+        return self._inner.run_reference(scenario, dtype, teacher, source, taps=output_taps(taps), **kw)
 
 
 class AblatedStages(ToolStages):

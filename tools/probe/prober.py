@@ -184,7 +184,7 @@ class Prober:
             teacher, weights = early.sequences(), early.meta.get("weights")
             high_dtype = scenario.reference.dtype  # float64 unless [reference] dtype says float32
             jobs = {
-                dtype: self.reference_job(scenario, dtype, teacher, reference_source, taps, weights)
+                dtype: self.reference_job(scenario, dtype, teacher, reference_source, taps=taps, weights=weights)
                 for dtype in dict.fromkeys((high_dtype, scenario.target.dtype))
             }
             try:
@@ -229,18 +229,18 @@ class Prober:
         dtype: str,
         teacher: list[list[int]],
         source: Path | None,
-        taps=None,
-        weights: dict | None = None,
+        *,
         timeout: float | None = None,
+        **job: Any,
     ) -> Trace:
-        """`weights`: the target run's quantization (its trace meta), which the reference mirrors;
-        `timeout`: seconds for this run (default: the prober's). Run once per prober and cache key."""
-        key, job = self.reference_job(scenario, dtype, teacher, source, taps, weights)
+        """The reference run, once per prober and cache key; `job` are reference_job's (`taps`, `weights`);
+        `timeout`: seconds for this run (default: the prober's)."""
+        key, run = self.reference_job(scenario, dtype, teacher, source, **job)
         if key not in self._reference_cache:
             self.engine_runs += 1
-            with progress.task(f"engine run {self.engine_runs}: {job.spec.engine} {dtype} (reference)"):
-                trace = run_engine(job, source, timeout=timeout or self.timeout)
-            self._reference_cache[key] = self._logged("reference", job, source, trace)
+            with progress.task(f"engine run {self.engine_runs}: {run.spec.engine} {dtype} (reference)"):
+                trace = run_engine(run, source, timeout=timeout or self.timeout)
+            self._reference_cache[key] = self._logged("reference", run, source, trace)
         return self._reference_cache[key]
 
     def reference_job(
@@ -249,10 +249,11 @@ class Prober:
         dtype: str,
         teacher: list[list[int]],
         source: Path | None,
+        *,
         taps=None,
         weights: dict | None = None,
     ) -> tuple[str, RunJob]:
-        """A reference run's job (run_reference's arguments) and its key in the prober's cache of references:
+        """A reference run's job and its key in the prober's cache of references:
         everything its trace depends on."""
         from tools.engines.protocol import RunJob
         from tools.probe import compare

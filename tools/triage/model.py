@@ -200,12 +200,20 @@ def softmax(z: np.ndarray) -> np.ndarray:
 def classify(title: str, body: str, weights: dict | None = None) -> Classification:
     """Rules + linear model -> label, calibrated confidence, rule scores, explaining cues."""
     w = weights or load_weights()
+    return _classified(title, body, w, w)
+
+
+def _classified(title: str, body: str, w: dict, settings: dict, added: np.ndarray | None = None) -> Classification:
+    """The n-gram model's logits (plus `added`, a second model's) decided with `settings`' temperature and silent
+    thresholds (the n-gram model's own, or the LM stage's)."""
     x, _, rules_c = features(title, body, w)
     idx = np.fromiter(x.keys(), dtype=np.int64, count=len(x))
     val = np.fromiter(x.values(), dtype=np.float64, count=len(x))
     logits = w["_coef"][:, idx] @ val + np.array(w["intercept"])
-    p = softmax(logits / w.get("temperature", 1.0))
-    k = decide(p, threshold_of(w), wrong_result(title, body, rules_c))
+    if added is not None:
+        logits = logits + added
+    p = softmax(logits / settings.get("temperature", 1.0))
+    k = decide(p, threshold_of(settings), wrong_result(title, body, rules_c))
     return Classification(
         LABELS[k], round(float(p[k]), 3), rules_c.scores, rules_c.cues + tuple(top_terms(w, idx, val, k))
     )
@@ -232,18 +240,9 @@ def classify_with_lm(title: str, body: str, weights: dict | None = None) -> tupl
     w = weights or load_weights()
     if not lm_ready(w):
         return classify(title, body, w), NGRAM
-    x, _, rules_c = features(title, body, w)
-    idx = np.fromiter(x.keys(), dtype=np.int64, count=len(x))
-    val = np.fromiter(x.values(), dtype=np.float64, count=len(x))
     lm = w["lm"]
     vec = lm_states.vectors([{"title": title, "body": body}])[0]
-    logits = w["_coef"][:, idx] @ val + np.array(w["intercept"]) + lm["weight"] * lm_log_probs_of(lm, vec)
-    p = softmax(logits / lm["temperature"])
-    k = decide(p, threshold_of(lm), wrong_result(title, body, rules_c))
-    c = Classification(
-        LABELS[k], round(float(p[k]), 3), rules_c.scores, rules_c.cues + tuple(top_terms(w, idx, val, k))
-    )
-    return c, BLEND
+    return _classified(title, body, w, lm, lm["weight"] * lm_log_probs_of(lm, vec)), BLEND
 
 
 def lm_log_probs_of(lm: dict, vec: np.ndarray) -> np.ndarray:
