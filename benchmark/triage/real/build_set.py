@@ -10,9 +10,9 @@ The split is a pure function of the url (sha256), fixed before any tuning. Files
 collection (train / dev / test). Files `raw/n*.txt` are a second collection, labelled and committed before any
 classifier ran on them: two thirds of it is `test2` (a fresh held-out split, scored once with the frozen classifier),
 the rest extra `train` (dev and the first test split stay as they were). Every later collection (files
-`raw/<prefix>*.txt`, `HELD_OUT_COLLECTIONS`: `t` the third, `u` the fourth, ..., `s` the fifteenth) was labelled
-and committed before any classifier ran on it, and all of it is one held-out split (`test3` ... `test15`), scored
-once at first sight and fitted on only in a later round (tools/triage/model.py FIT_SPLITS).
+`raw/<prefix>*.txt`, `HELD_OUT_COLLECTIONS`: `t` the third, `u` the fourth, ..., `s` the fifteenth, `j` the
+sixteenth) was labelled and committed before any classifier ran on it, and all of it is one held-out split (`test3` ...
+`test16`), scored once at first sight and fitted on only in a later round (tools/triage/model.py FIT_SPLITS).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ HELD_OUT_COLLECTIONS = {
     "q": "test13",
     "r": "test14",
     "s": "test15",
+    "j": "test16",
 }
 _URL = re.compile(r"^https://github\.com/([^/]+/[^/]+)/(issues|pull)/(\d+)$")
 
