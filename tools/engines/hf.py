@@ -488,7 +488,7 @@ def generate_batch(
         handle.remove()
     out = hf_compat.with_logits(out)
     steps = [computed_at.get(width - 1 + k, step0) for k in range(len(out.logits))]
-    _record_generate_head(rec, out, members, prompts, steps, width)
+    _record_generate_head(rec, out, members, prompts, steps, width, req.greedy)
     eos = set(_as_list(model.generation_config.eos_token_id))
     for b, r in enumerate(members):
         new, reason = cut_at_eos(out.sequences[b, width:].tolist(), eos)
@@ -509,22 +509,39 @@ def cut_at_eos(tokens: list[int], eos: set[int]) -> tuple[list[int], str]:
     return tokens, "length"
 
 
+def head_row(name: str, raw: torch.Tensor, scores: torch.Tensor, token: int, kept) -> torch.Tensor:
+    """Head tap `name` of one generated token as a [1, F] row: its logits `raw` [V], the processed `scores` [V]
+    (their softmax, in `kept`, as `sampler.probs`) or the `token` drawn."""
+    if name == "logits":
+        return copy_rows(raw[None])
+    if name == "sampler.logits":
+        return copy_rows(scores[None])
+    if name == "sampler.probs":
+        return torch.softmax(scores[None].double(), -1).to(kept)
+    return torch.tensor([[float(token)]], dtype=torch.float64)
+
+
+IDENTITY_SAMPLER_ROWS = ("sampler.logits", "sampler.probs")  # not recorded for a greedy row no processor changed
+
+
 def _record_generate_head(
-    rec: TapRecorder, out, members: list[int], prompts: list[list[int]], steps: list[int], width: int
+    rec: TapRecorder, out, members: list[int], prompts: list[list[int]], steps: list[int], width: int, greedy: bool
 ) -> None:
     """Logits and sampler rows of each generated token k, from generate's own outputs; steps[k] is
-    the forward that computed the logits of token k."""
+    the forward that computed the logits of token k. A greedy row whose scores are its logits (no
+    processor changed them) records neither as sampler rows: `sampler.logits` would repeat `logits`
+    (compared by the `logits` tap already) and `sampler.probs`, their softmax here, judges nothing the
+    logits do not (tools.probe.sampler_taps judges a greedy row's kept set on this very input); for a
+    real vocabulary they were two thirds of the head's rows, copied, written and read for nothing."""
+    wanted = [name for name in ("logits", "sampler.logits", "sampler.probs", "sampler.token") if rec.wants(name)]
+    kept = derived_dtype(out.scores[0].dtype) if out.scores else None  # float64 only for a float64 run's rows
     for k, (raw, scores) in enumerate(zip(out.logits, out.scores)):
         for b, r in enumerate(members):
             pos = [len(prompts[r]) - 1 + k]
-            tok = torch.tensor([[float(out.sequences[b, width + k])]], dtype=torch.float64)
-            kept = derived_dtype(scores.dtype)  # float64 only for a float64 run's rows: they are vocabulary-wide
-            rows = {
-                "logits": copy_rows(raw[b : b + 1]),
-                "sampler.logits": copy_rows(scores[b : b + 1]),
-                "sampler.probs": torch.softmax(scores[b : b + 1].double(), -1).to(kept),
-                "sampler.token": tok,
-            }
-            for name, x in rows.items():
-                if rec.wants(name):
-                    rec.records.append(TapRecord(name, steps[k], r, pos, x))
+            identity = greedy and torch.equal(scores[b], raw[b])
+            token = int(out.sequences[b, width + k])
+            for name in wanted:
+                if not (identity and name in IDENTITY_SAMPLER_ROWS):
+                    rec.records.append(
+                        TapRecord(name, steps[k], r, pos, head_row(name, raw[b], scores[b], token, kept))
+                    )
